@@ -1,0 +1,116 @@
+/*
+ * clef.h — the whole public API of libclef.
+ *
+ * clef runs "System One" decision models (Clef, Clef-Flash, and plain Qwen3.5
+ * backbones) from GGUF files.  Everything an application, the `clef` CLI or
+ * the HTTP server needs goes through this header: opaque handles, functions
+ * that return a clef_status and fill a caller-owned clef_error with a message
+ * naming what went wrong.  There is no global state; handles may be used from
+ * several threads only where a function says so.
+ *
+ * Memory: every pointer a clef_* function returns for the caller to own is
+ * released with clef_free() (or the handle's own *_free function).
+ */
+#ifndef CLEF_H
+#define CLEF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status and errors ------------------------------------------------ */
+
+typedef enum clef_status {
+    CLEF_OK = 0,
+    CLEF_ERR_INVALID_ARG,   /* a caller passed something the API forbids     */
+    CLEF_ERR_IO,            /* a file could not be opened, read or mapped    */
+    CLEF_ERR_FORMAT,        /* a file is malformed (GGUF, JSON, ...)         */
+    CLEF_ERR_UNSUPPORTED,   /* well-formed but not something clef runs       */
+    CLEF_ERR_NOMEM,         /* an allocation failed                          */
+    CLEF_ERR_REQUEST,       /* a System One request was rejected (see body)  */
+    CLEF_ERR_TOO_LONG,      /* input does not fit the model's token budget   */
+    CLEF_ERR_INTERNAL,      /* a bug: an invariant did not hold              */
+} clef_status;
+
+#define CLEF_ERROR_MESSAGE_MAX 512
+
+/* A caller-owned error record: status plus a human-readable message. */
+typedef struct clef_error {
+    clef_status status;
+    char message[CLEF_ERROR_MESSAGE_MAX];
+} clef_error;
+
+/* Short stable name of a status ("ok", "io", "format", ...). */
+const char *clef_status_name(clef_status status);
+
+/* Release memory that a clef_* function handed to the caller. */
+void clef_free(void *ptr);
+
+/* ---- tokenizer ---------------------------------------------------------- */
+
+typedef struct clef_tokenizer clef_tokenizer;
+
+/* Load the tokenizer described by a GGUF file's tokenizer.ggml.* metadata.
+ * Works on vocab-only files as well as full models. */
+clef_status clef_tokenizer_load(const char *gguf_path, clef_tokenizer **out,
+                                clef_error *err);
+void clef_tokenizer_free(clef_tokenizer *tok);
+
+/* Tokenize text[0..len) (may contain NUL bytes).  parse_special: added tokens
+ * written in the text (e.g. "<|im_start|>") map to their ids; otherwise they
+ * are ordinary text.  *ids is caller-owned (clef_free). */
+clef_status clef_tokenize(const clef_tokenizer *tok, const char *text, size_t len,
+                          bool parse_special, int32_t **ids, size_t *n_ids,
+                          clef_error *err);
+
+/* Decode ids back to bytes; *text is NUL-terminated, *len excludes the NUL. */
+clef_status clef_detokenize(const clef_tokenizer *tok, const int32_t *ids, size_t n_ids,
+                            char **text, size_t *len, clef_error *err);
+
+size_t clef_tokenizer_vocab_size(const clef_tokenizer *tok);
+
+/* ---- models --------------------------------------------------------------- */
+
+typedef struct clef_model clef_model;
+
+typedef struct clef_model_params {
+    int n_threads;          /* worker threads for compute; 0 = all cores     */
+} clef_model_params;
+
+clef_model_params clef_model_default_params(void);
+
+/* Load a model: arch `qwen35` (backbone only) or `clef` (backbone + joint head). */
+clef_status clef_model_load(const char *path, const clef_model_params *params,
+                            clef_model **out, clef_error *err);
+void clef_model_free(clef_model *model);
+
+/* The model's tokenizer (owned by the model). */
+const clef_tokenizer *clef_model_tokenizer(const clef_model *model);
+
+int clef_model_n_embd(const clef_model *model);
+int clef_model_n_ctx(const clef_model *model);
+/* "qwen35" or "clef". */
+const char *clef_model_arch(const clef_model *model);
+/* general.name, or the file's base name when absent. */
+const char *clef_model_name(const clef_model *model);
+
+/* Prefill ids[0..n) as one sequence and write the final-normed hidden state of
+ * every position to hidden (n × n_embd floats, row-major, caller-allocated). */
+clef_status clef_forward(clef_model *model, const int32_t *ids, size_t n,
+                         float *hidden, clef_error *err);
+
+/* ---- file inspection ------------------------------------------------------ */
+
+/* Print architecture, hyperparameters, tokenizer summary and a tensor table
+ * of any GGUF file to out (what `clef info` shows). */
+clef_status clef_describe_file(const char *path, FILE *out, clef_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CLEF_H */

@@ -1,0 +1,29 @@
+/*
+ * kernels/dequant.h — turning stored weight rows into f32.
+ *
+ * Block layouts are ggml's (the bytes llama-quantize writes):
+ *   F16/BF16: 2 bytes an element.  Q8_0: {f16 d; int8 q[32]}, x = d*q.
+ *   Q4_K: {f16 d, dmin; u8 scales[12]; u8 qs[128]} per 256 elements, 8 sub-blocks
+ *         of 32 with 6-bit scale and min.  Q5_K: Q4_K plus u8 qh[32] high bits.
+ *   Q6_K: {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}.
+ * The reference C versions here are the arbiter the fast kernel paths are
+ * tested against.
+ */
+#ifndef CLEF_KERNELS_DEQUANT_H
+#define CLEF_KERNELS_DEQUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+float clef_f16_to_f32(uint16_t h);
+uint16_t clef_f32_to_f16(float f);      /* round to nearest even */
+float clef_bf16_to_f32(uint16_t h);
+uint16_t clef_f32_to_bf16(float f);     /* round to nearest even, NaN kept quiet */
+
+/* Dequantize n elements (a multiple of the type's block size) of type
+ * `type` (a clef_dtype) from src to dst.  Returns false for a type clef cannot
+ * dequantize or a bad n. */
+bool clef_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+#endif

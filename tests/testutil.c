@@ -1,0 +1,71 @@
+/* tests/testutil.c — file, temp-file and subprocess helpers for tests. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+char *tu_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *nb = realloc(buf, 2 * cap + 1);
+            if (!nb) { free(buf); buf = NULL; break; }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (!buf) return NULL;
+    buf[n] = '\0';
+    if (len) *len = n;
+    return buf;
+}
+
+char *tu_write_temp(const char *name, const void *data, size_t len) {
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/clef-test-%d", (int)getpid());
+    mkdir(dir, 0700);
+    size_t plen = strlen(dir) + strlen(name) + 2;
+    char *path = malloc(plen);
+    if (!path) return NULL;
+    snprintf(path, plen, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) { free(path); return NULL; }
+    if (len && fwrite(data, 1, len, f) != len) { fclose(f); free(path); return NULL; }
+    fclose(f);
+    return path;
+}
+
+char *tu_run(const char *cmd, int *status) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap + 1);
+    while (buf && (got = fread(buf + n, 1, cap - n, p)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *nb = realloc(buf, 2 * cap + 1);
+            if (!nb) { free(buf); buf = NULL; break; }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int st = pclose(p);
+    if (status) *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (buf) buf[n] = '\0';
+    return buf;
+}
+
+const char *tu_clef_bin(void) {
+    const char *b = getenv("CLEF_BIN");
+    return b && *b ? b : "build/clef";
+}

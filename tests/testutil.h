@@ -1,0 +1,26 @@
+/*
+ * tests/testutil.h — small helpers shared by the CTest programs.
+ * Tests run from the project root, so oracle files are at ../shared/oracle.
+ */
+#ifndef CLEF_TESTUTIL_H
+#define CLEF_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ORACLE_DIR "../shared/oracle"
+
+/* Whole file into a NUL-terminated malloc'd buffer (NULL on failure). */
+char *tu_read_file(const char *path, size_t *len);
+
+/* Write a buffer to a fresh file under a per-process temp dir; returns a
+ * static-lifetime path string the caller frees. */
+char *tu_write_temp(const char *name, const void *data, size_t len);
+
+/* Run a shell command, capture stdout (malloc'd, NUL-terminated) and the exit status. */
+char *tu_run(const char *cmd, int *status);
+
+/* Path of the clef binary under test (env CLEF_BIN, else build/clef). */
+const char *tu_clef_bin(void);
+
+#endif

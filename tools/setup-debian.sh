@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# tools/setup-debian.sh — install the Debian packages clef builds and tests with.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+PKGS="build-essential cmake pkg-config libpcre2-dev libutf8proc-dev libjansson-dev libmicrohttpd-dev libcmocka-dev"
+missing=""
+for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $missing
+fi

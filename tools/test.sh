@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# tools/test.sh [BUILD_DIR] — configure, build and run every CTest test.
+# CLEF_SANITIZE=1 builds with ASan+UBSan.  Run from anywhere; tests need
+# ../shared beside the project root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir="${1:-build}"
+san=OFF; type=Release
+if [ "${CLEF_SANITIZE:-0}" = 1 ]; then san=ON; type=RelWithDebInfo; fi
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=$type -DCLEF_SANITIZE=$san -DCLEF_WERROR=ON >/dev/null
+cmake --build "$dir" -j"$(nproc)"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+(cd "$dir" && ctest --output-on-failure -j"$(nproc)")
