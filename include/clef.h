@@ -104,6 +104,45 @@ const char *clef_model_name(const clef_model *model);
 clef_status clef_forward(clef_model *model, const int32_t *ids, size_t n,
                          float *hidden, clef_error *err);
 
+/* ---- decisions (System One) ---------------------------------------------- */
+
+typedef enum clef_confidence_kind {
+    CLEF_CONFIDENCE_TYPESAFE = 0,   /* (p_max-1/n)/(1-1/n); score: 1 - E|i-m|/MAD   */
+    CLEF_CONFIDENCE_REFERENCE = 1,  /* Cloudflare reference: p(choice) / max p      */
+} clef_confidence_kind;
+
+typedef struct clef_decide_options {
+    int max_length;                 /* token budget; 0 = 16384 capped at n_ctx      */
+    clef_confidence_kind confidence;
+    bool explain;                   /* add a "clef" object: ids, spans, logits      */
+    const char *model_name;         /* name reported in "model"; NULL = model's     */
+} clef_decide_options;
+
+clef_decide_options clef_decide_default_options(void);
+
+/* The outcome of one request.  http_status/body are what a server sends:
+ * 200 with the System One response, or the contract's error status and body
+ * (400/422 ...).  Timings are wall-clock milliseconds per stage. */
+typedef struct clef_decide_result {
+    int http_status;
+    char *body;                     /* NUL-terminated JSON; clef_decide_result_free */
+    size_t body_len;
+    int64_t input_tokens;           /* tokens sent to the backbone                   */
+    int64_t state_tokens;           /* state tokens before any cut                   */
+    int64_t state_tokens_used;      /* state tokens after the cut                    */
+    double parse_ms, tokenize_ms, backbone_ms, head_ms;
+} clef_decide_result;
+
+/* Validate, encode and answer one System One request body (JSON text of len
+ * bytes).  A request the contract rejects is NOT a failure of this call: it
+ * returns CLEF_OK with result->http_status 4xx and the error body.  A non-OK
+ * status means clef itself failed (out of memory, model error): err says why.
+ * Safe to call from several threads on one model. */
+clef_status clef_decide(clef_model *model, const char *json, size_t len,
+                        const clef_decide_options *options, clef_decide_result *result,
+                        clef_error *err);
+void clef_decide_result_free(clef_decide_result *result);
+
 /* ---- file inspection ------------------------------------------------------ */
 
 /* Print architecture, hyperparameters, tokenizer summary and a tensor table
