@@ -68,6 +68,8 @@ void gguf_close(gguf_file *f);
 uint32_t gguf_version(const gguf_file *f);
 uint64_t gguf_alignment(const gguf_file *f);
 uint64_t gguf_file_size(const gguf_file *f);
+/* Byte offset of the tensor data section (header end padded to the alignment). */
+uint64_t gguf_data_offset(const gguf_file *f);
 
 /* ---- metadata ---- */
 uint64_t gguf_kv_count(const gguf_file *f);
