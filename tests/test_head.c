@@ -1,0 +1,426 @@
+/*
+ * tests/test_head.c — the joint schema head against the clef-tiny oracle.
+ *
+ * For every encoded case of ../shared/oracle/clef-tiny/expected.jsonl the
+ * oracle's F32 hidden states, ids and spans go through head_score and the
+ * logits (and float64 softmax probabilities) are compared with the
+ * reference's, for each of the three GGUF variants, with the README's
+ * tolerances.  Then files with a head tensor or key removed or mis-shaped
+ * (patched copies of the oracle bytes) must be refused, naming what is wrong.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/gguf.h"
+#include "model/head.h"
+#include "testutil.h"
+
+#define TINY_DIR ORACLE_DIR "/clef-tiny"
+
+typedef struct oracle_case {
+    char id[64];
+    int T;
+    int32_t *ids;           /* [T]        */
+    float *hidden;          /* [T][E]     */
+    int nq, no;
+    head_question *qs;      /* [nq]       */
+    head_span *spans;       /* [no]       */
+    double *logits;         /* [no] top-level (F32) reference */
+    double *probs;          /* [no]       */
+} oracle_case;
+
+typedef struct oracle {
+    int n;
+    int n_embd;
+    oracle_case cases[32];
+} oracle;
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    assert_non_null(p);
+    return p;
+}
+
+static head_span span_of(const json_t *a) {
+    assert_true(json_is_array(a) && json_array_size(a) == 2);
+    return (head_span){(int32_t)json_integer_value(json_array_get(a, 0)),
+                       (int32_t)json_integer_value(json_array_get(a, 1))};
+}
+
+static void parse_case(const json_t *j, int n_embd, oracle_case *c) {
+    snprintf(c->id, sizeof c->id, "%s", json_string_value(json_object_get(j, "id")));
+    const json_t *ids = json_object_get(j, "input_ids");
+    const json_t *hid = json_object_get(j, "hidden_f32");
+    const json_t *qs = json_object_get(j, "questions");
+    c->T = (int)json_array_size(ids);
+    assert_true(c->T > 0);
+    assert_int_equal(json_array_size(hid), (size_t)c->T);
+    c->ids = xmalloc((size_t)c->T * sizeof *c->ids);
+    c->hidden = xmalloc((size_t)c->T * n_embd * sizeof *c->hidden);
+    for (int t = 0; t < c->T; t++) {
+        c->ids[t] = (int32_t)json_integer_value(json_array_get(ids, (size_t)t));
+        const json_t *row = json_array_get(hid, (size_t)t);
+        assert_int_equal(json_array_size(row), (size_t)n_embd);
+        for (int i = 0; i < n_embd; i++)
+            c->hidden[(size_t)t * n_embd + i] = (float)json_number_value(json_array_get(row, (size_t)i));
+    }
+    c->nq = (int)json_array_size(qs);
+    c->no = 0;
+    for (int q = 0; q < c->nq; q++)
+        c->no += (int)json_array_size(json_object_get(json_array_get(qs, (size_t)q), "option_spans"));
+    c->qs = xmalloc((size_t)c->nq * sizeof *c->qs);
+    c->spans = xmalloc((size_t)c->no * sizeof *c->spans);
+    c->logits = xmalloc((size_t)c->no * sizeof *c->logits);
+    c->probs = xmalloc((size_t)c->no * sizeof *c->probs);
+    int o = 0;
+    for (int q = 0; q < c->nq; q++) {
+        const json_t *jq = json_array_get(qs, (size_t)q);
+        const json_t *os = json_object_get(jq, "option_spans");
+        const json_t *lg = json_object_get(jq, "logits");
+        const json_t *pr = json_object_get(jq, "probs");
+        int n = (int)json_array_size(os);
+        assert_int_equal(json_array_size(lg), (size_t)n);
+        c->qs[q] = (head_question){
+            .type_id = (int)json_integer_value(json_object_get(jq, "type_id")),
+            .span = span_of(json_object_get(jq, "question_span")),
+            .n_options = n,
+            .options = c->spans + o,
+        };
+        for (int k = 0; k < n; k++, o++) {
+            c->spans[o] = span_of(json_array_get(os, (size_t)k));
+            c->logits[o] = json_number_value(json_array_get(lg, (size_t)k));
+            c->probs[o] = json_number_value(json_array_get(pr, (size_t)k));
+        }
+    }
+}
+
+static int setup_oracle(void **state) {
+    oracle *orc = calloc(1, sizeof *orc);
+    assert_non_null(orc);
+    orc->n_embd = 64; /* clef-tiny: hidden 64 (README "The model") */
+    FILE *fp = fopen(TINY_DIR "/expected.jsonl", "r");
+    assert_non_null(fp);
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, fp) > 0) {
+        json_error_t jerr;
+        json_t *j = json_loads(line, 0, &jerr);
+        if (!j) fail_msg("expected.jsonl: %s", jerr.text);
+        if (!json_object_get(j, "error")) {
+            assert_true(orc->n < (int)(sizeof orc->cases / sizeof orc->cases[0]));
+            parse_case(j, orc->n_embd, &orc->cases[orc->n++]);
+        }
+        json_decref(j);
+    }
+    free(line);
+    fclose(fp);
+    assert_int_equal(orc->n, 17); /* 18 cases, one of them the error case */
+    *state = orc;
+    return 0;
+}
+
+static int teardown_oracle(void **state) {
+    oracle *orc = *state;
+    for (int i = 0; i < orc->n; i++) {
+        oracle_case *c = &orc->cases[i];
+        free(c->ids);
+        free(c->hidden);
+        free(c->qs);
+        free(c->spans);
+        free(c->logits);
+        free(c->probs);
+    }
+    free(orc);
+    return 0;
+}
+
+static gguf_file *open_tiny(const char *variant) {
+    char path[256];
+    snprintf(path, sizeof path, TINY_DIR "/clef-tiny-a-%s.gguf", variant);
+    gguf_file *f = NULL;
+    clef_error err = {0};
+    if (gguf_open(path, &f, &err) != CLEF_OK) fail_msg("%s: %s", path, err.message);
+    return f;
+}
+
+/* Run every case through (head, rows); compare logits and float64 softmax
+ * probabilities with the top-level reference, return the max deltas. */
+static void score_all(const oracle *orc, const head_model *h, const head_rows *rows,
+                      double tol_logit, double tol_prob, const char *label) {
+    double max_dl = 0.0, max_dp = 0.0;
+    for (int i = 0; i < orc->n; i++) {
+        const oracle_case *c = &orc->cases[i];
+        float *lg = xmalloc((size_t)c->no * sizeof *lg);
+        clef_error err = {0};
+        if (head_score(h, rows, c->hidden, c->ids, c->T, c->qs, c->nq, lg, &err) != CLEF_OK)
+            fail_msg("%s %s: %s", label, c->id, err.message);
+        int o0 = 0;
+        for (int q = 0; q < c->nq; q++) {
+            const int n = c->qs[q].n_options;
+            double mx = -INFINITY, sum = 0.0;
+            for (int k = 0; k < n; k++) mx = fmax(mx, lg[o0 + k]);
+            for (int k = 0; k < n; k++) sum += exp((double)lg[o0 + k] - mx);
+            for (int k = 0; k < n; k++) {
+                const double dl = fabs((double)lg[o0 + k] - c->logits[o0 + k]);
+                const double p = exp((double)lg[o0 + k] - mx) / sum;
+                const double dp = fabs(p - c->probs[o0 + k]);
+                if (!(dl <= tol_logit) || !(dp <= tol_prob))
+                    fail_msg("%s %s question %d option %d: logit %.9g (reference %.9g), p %.9g "
+                             "(reference %.9g)", label, c->id, q, k, lg[o0 + k], c->logits[o0 + k],
+                             p, c->probs[o0 + k]);
+                max_dl = fmax(max_dl, dl);
+                max_dp = fmax(max_dp, dp);
+            }
+            o0 += n;
+        }
+        free(lg);
+    }
+    printf("[ head ] %-28s max |dlogit| %.3e  max |dp| %.3e  (tolerance %g / %g, %d cases)\n",
+           label, max_dl, max_dp, tol_logit, tol_prob, orc->n);
+}
+
+/* The head and the LM-head rows of one variant file. */
+static void check_variant(void **state, const char *variant, double tol_logit, double tol_prob) {
+    const oracle *orc = *state;
+    gguf_file *f = open_tiny(variant);
+    head_model *h = NULL;
+    clef_error err = {0};
+    if (head_load(f, &h, &err) != CLEF_OK) fail_msg("%s: %s", variant, err.message);
+    const head_hparams *hp = head_get_hparams(h);
+    assert_int_equal(hp->n_embd, 64);
+    assert_int_equal(hp->width, 32);
+    assert_int_equal(hp->n_ff, 64);
+    assert_int_equal(hp->n_head, 4);
+    assert_int_equal(hp->n_routing, 2);
+    assert_int_equal(hp->n_decoder, 2);
+    head_rows rows;
+    assert_int_equal(head_rows_from_file(f, hp->n_embd, &rows, &err), CLEF_OK);
+    assert_int_equal(rows.n_rows, 832);
+    char label[64];
+    snprintf(label, sizeof label, "%s file", variant);
+    score_all(orc, h, &rows, tol_logit, tol_prob, label);
+    head_free(h);
+    gguf_close(f);
+}
+
+/* F32 file: README "F32 file" row, 1e-4 / 2e-5. */
+static void test_f32_file(void **state) { check_variant(state, "F32", 1e-4, 2e-5); }
+
+/* BF16/Q8_0 files fed the F32 hidden states: only output.weight differs from
+ * the F32 file (the head tensors are F32 in all three), so what is measured
+ * is the effect of the variant's LM-head rows on lex_o.  No README row has
+ * exactly this expectation (variants.* use that variant's own hidden states),
+ * so the justified bound is "BF16/Q8_0 file, any kernels" vs the top-level
+ * F32 logits: 0.1 / 0.02 and 0.5 / 0.05. */
+static void test_bf16_file(void **state) { check_variant(state, "BF16", 0.1, 0.02); }
+static void test_q8_0_file(void **state) { check_variant(state, "Q8_0", 0.5, 0.05); }
+
+/* The head tensors of the BF16/Q8_0 files (scorer_out 2-D in one, 1-D in the
+ * other) with the F32 file's LM-head rows: the F32 expectations exactly. */
+static void test_variant_heads_with_f32_rows(void **state) {
+    const oracle *orc = *state;
+    gguf_file *f32 = open_tiny("F32");
+    head_rows rows;
+    clef_error err = {0};
+    assert_int_equal(head_rows_from_file(f32, 64, &rows, &err), CLEF_OK);
+    const char *variants[] = {"BF16", "Q8_0"};
+    for (int i = 0; i < 2; i++) {
+        gguf_file *f = open_tiny(variants[i]);
+        head_model *h = NULL;
+        if (head_load(f, &h, &err) != CLEF_OK) fail_msg("%s: %s", variants[i], err.message);
+        char label[64];
+        snprintf(label, sizeof label, "%s head, F32 rows", variants[i]);
+        score_all(orc, h, &rows, 1e-4, 2e-5, label);
+        head_free(h);
+        gguf_close(f);
+    }
+    gguf_close(f32);
+}
+
+/* ---- refused files: patched copies of the F32 oracle bytes ---- */
+
+/* Find the length-prefixed string `s` in the header of buf. */
+static uint8_t *find_lp_string(uint8_t *buf, size_t len, const char *s) {
+    const size_t n = strlen(s);
+    uint8_t pat[160];
+    assert_true(n + 8 <= sizeof pat);
+    for (int i = 0; i < 8; i++) pat[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    memcpy(pat + 8, s, n);
+    uint8_t *p = memmem(buf, len, pat, n + 8);
+    assert_non_null(p);
+    return p + 8;
+}
+
+/* head_load on a copy of the F32 file after patch(); returns the status and
+ * copies the message. */
+static clef_status load_patched(void (*patch)(uint8_t *, size_t), char *msg, size_t msg_len) {
+    size_t len = 0;
+    uint8_t *buf = (uint8_t *)tu_read_file(TINY_DIR "/clef-tiny-a-F32.gguf", &len);
+    assert_non_null(buf);
+    patch(buf, len);
+    gguf_file *f = NULL;
+    clef_error err = {0};
+    if (gguf_open_memory(buf, len, &f, &err) != CLEF_OK) fail_msg("patched file: %s", err.message);
+    head_model *h = NULL;
+    clef_status st = head_load(f, &h, &err);
+    if (st == CLEF_OK) assert_non_null(h);
+    else assert_null(h);
+    snprintf(msg, msg_len, "%s", err.message);
+    head_free(h);
+    gguf_close(f);
+    free(buf);
+    return st;
+}
+
+static void rename_attn_q(uint8_t *buf, size_t len) {
+    /* same length, so every offset stays valid */
+    find_lp_string(buf, len, "dec.blk.2.attn_q.weight")[15] = 'X'; /* attn_X */
+}
+
+static void transpose_proj_question(uint8_t *buf, size_t len) {
+    /* ne [64, 32] -> [32, 64]: same byte count, wrong orientation */
+    uint8_t *p = find_lp_string(buf, len, "decision.proj_question.weight");
+    p += strlen("decision.proj_question.weight");
+    uint32_t nd;
+    memcpy(&nd, p, 4);
+    assert_int_equal(nd, 2);
+    uint64_t ne[2];
+    memcpy(ne, p + 4, sizeof ne);
+    assert_true(ne[0] == 64 && ne[1] == 32);
+    uint64_t sw[2] = {ne[1], ne[0]};
+    memcpy(p + 4, sw, sizeof sw);
+}
+
+static void rename_scorer_out_bias(uint8_t *buf, size_t len) {
+    find_lp_string(buf, len, "decision.scorer_out.bias")[20] = 'X'; /* .Xias */
+}
+
+static void rename_head_count(uint8_t *buf, size_t len) {
+    find_lp_string(buf, len, "clef.decision.head_count")[23] = 'X'; /* head_counX */
+}
+
+static void test_missing_tensor(void **state) {
+    (void)state;
+    char msg[CLEF_ERROR_MESSAGE_MAX];
+    assert_int_equal(load_patched(rename_attn_q, msg, sizeof msg), CLEF_ERR_FORMAT);
+    assert_string_equal(msg, "decision head: tensor 'dec.blk.2.attn_q.weight' missing");
+    assert_int_equal(load_patched(rename_scorer_out_bias, msg, sizeof msg), CLEF_ERR_FORMAT);
+    assert_string_equal(msg, "decision head: tensor 'decision.scorer_out.bias' missing");
+}
+
+static void test_misshaped_tensor(void **state) {
+    (void)state;
+    char msg[CLEF_ERROR_MESSAGE_MAX];
+    assert_int_equal(load_patched(transpose_proj_question, msg, sizeof msg), CLEF_ERR_FORMAT);
+    assert_string_equal(msg, "decision head: tensor 'decision.proj_question.weight' has shape "
+                             "[32, 64], expected [64, 32]");
+}
+
+static void test_missing_key(void **state) {
+    (void)state;
+    char msg[CLEF_ERROR_MESSAGE_MAX];
+    assert_int_equal(load_patched(rename_head_count, msg, sizeof msg), CLEF_ERR_FORMAT);
+    assert_non_null(strstr(msg, "'clef.decision.head_count'"));
+}
+
+/* Without output.weight the rows come from token_embd.weight. */
+static void test_rows_fallback_to_token_embd(void **state) {
+    (void)state;
+    size_t len = 0;
+    uint8_t *buf = (uint8_t *)tu_read_file(TINY_DIR "/clef-tiny-a-F32.gguf", &len);
+    assert_non_null(buf);
+    find_lp_string(buf, len, "output.weight")[0] = 'X';
+    gguf_file *f = NULL;
+    clef_error err = {0};
+    assert_int_equal(gguf_open_memory(buf, len, &f, &err), CLEF_OK);
+    assert_null(gguf_find_tensor(f, "output.weight"));
+    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    assert_non_null(te);
+    head_rows rows;
+    assert_int_equal(head_rows_from_file(f, 64, &rows, &err), CLEF_OK);
+    assert_ptr_equal(rows.data, te->data);
+    assert_int_equal(rows.n_rows, 832);
+    float row[64];
+    assert_int_equal(head_rows_get(&rows, 831, row, &err), CLEF_OK);
+    assert_memory_equal(row, (const float *)te->data + 831 * 64, sizeof row);
+    assert_int_equal(head_rows_get(&rows, 832, row, &err), CLEF_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.message, "832"));
+    /* a matrix of the wrong width is refused by name */
+    assert_int_equal(head_rows_from_tensor(te, 32, &rows, &err), CLEF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "'token_embd.weight'"));
+    gguf_close(f);
+    free(buf);
+}
+
+/* Bad spans, types and ids are refused before any arithmetic. */
+static void test_bad_requests(void **state) {
+    const oracle *orc = *state;
+    const oracle_case *c = &orc->cases[0];
+    gguf_file *f = open_tiny("F32");
+    head_model *h = NULL;
+    clef_error err = {0};
+    assert_int_equal(head_load(f, &h, &err), CLEF_OK);
+    head_rows rows;
+    assert_int_equal(head_rows_from_file(f, 64, &rows, &err), CLEF_OK);
+    float lg[64];
+    head_span opts[2] = {c->qs[0].options[0], c->qs[0].options[1]};
+    head_question q = c->qs[0];
+    q.options = opts;
+
+    q.type_id = 3;
+    assert_int_equal(head_score(h, &rows, c->hidden, c->ids, c->T, &q, 1, lg, &err),
+                     CLEF_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.message, "type id 3"));
+    q.type_id = c->qs[0].type_id;
+
+    opts[1] = (head_span){c->T - 1, c->T + 1};
+    assert_int_equal(head_score(h, &rows, c->hidden, c->ids, c->T, &q, 1, lg, &err),
+                     CLEF_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.message, "question 0 option 1"));
+    opts[1] = (head_span){5, 5};
+    assert_int_equal(head_score(h, &rows, c->hidden, c->ids, c->T, &q, 1, lg, &err),
+                     CLEF_ERR_INVALID_ARG);
+    opts[1] = c->qs[0].options[1];
+
+    q.n_options = 0;
+    assert_int_equal(head_score(h, &rows, c->hidden, c->ids, c->T, &q, 1, lg, &err),
+                     CLEF_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.message, "no options"));
+    q.n_options = 2;
+
+    int32_t *ids = xmalloc((size_t)c->T * sizeof *ids);
+    memcpy(ids, c->ids, (size_t)c->T * sizeof *ids);
+    ids[opts[0].start] = 832;
+    assert_int_equal(head_score(h, &rows, c->hidden, ids, c->T, &q, 1, lg, &err),
+                     CLEF_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.message, "token id 832"));
+    free(ids);
+
+    /* the unmodified question still scores */
+    assert_int_equal(head_score(h, &rows, c->hidden, c->ids, c->T, &q, 1, lg, &err), CLEF_OK);
+    head_free(h);
+    gguf_close(f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f32_file),
+        cmocka_unit_test(test_bf16_file),
+        cmocka_unit_test(test_q8_0_file),
+        cmocka_unit_test(test_variant_heads_with_f32_rows),
+        cmocka_unit_test(test_missing_tensor),
+        cmocka_unit_test(test_misshaped_tensor),
+        cmocka_unit_test(test_missing_key),
+        cmocka_unit_test(test_rows_fallback_to_token_embd),
+        cmocka_unit_test(test_bad_requests),
+    };
+    return cmocka_run_group_tests(tests, setup_oracle, teardown_oracle);
+}
