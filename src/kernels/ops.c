@@ -1,0 +1,107 @@
+/*
+ * kernels/ops.c — norms, activations, softmax, rotary, embedding lookup.
+ *
+ * The rounding steps follow ggml's CPU ops where that is free (sum of squares
+ * in double, scale applied before the weight, rotary angles by repeated f32
+ * multiplication), so an F32 model lands within float noise of llama.cpp.
+ */
+#include "kernels/ops.h"
+
+#include <assert.h>
+#include <math.h>
+
+void op_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t n_rows, float eps) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        double ss = 0.0;
+        for (int64_t i = 0; i < n; i++) ss += (double)(xr[i] * xr[i]);
+        float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+        for (int64_t i = 0; i < n; i++) yr[i] = (xr[i] * scale) * w[i];
+    }
+}
+
+void op_l2norm(float *x, int64_t n, int64_t n_rows, float eps) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *xr = x + r * n;
+        double ss = 0.0;
+        for (int64_t i = 0; i < n; i++) ss += (double)(xr[i] * xr[i]);
+        float scale = 1.0f / fmaxf(sqrtf((float)ss), eps);
+        for (int64_t i = 0; i < n; i++) xr[i] *= scale;
+    }
+}
+
+void op_silu(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = op_silu1(x[i]);
+}
+
+void op_sigmoid(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = op_sigmoid1(x[i]);
+}
+
+void op_softplus(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = op_softplus1(x[i]);
+}
+
+void op_silu_mul(float *x, const float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = op_silu1(x[i]) * g[i];
+}
+
+void op_softmax(float *x, int64_t n) {
+    if (n <= 0) return;
+    float max = x[0];
+    for (int64_t i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+int op_rope_pair_stream(const int sections[4], int i) {
+    int total = sections[0] + sections[1] + sections[2] + sections[3];
+    if (total <= 0) return 0;
+    /* IMROPE: pairs cycle time, height, width while each stream has pairs
+     * left (stream s covers sector indices below 3·sections[s]); the rest
+     * go to the extra stream. */
+    int sector = i % total;
+    if (sector % 3 == 1 && sector < 3 * sections[1]) return 1;
+    if (sector % 3 == 2 && sector < 3 * sections[2]) return 2;
+    if (sector % 3 == 0 && sector < 3 * sections[0]) return 0;
+    return 3;
+}
+
+/* Rotate one head's first n_rot dims with precomputed cos/sin per pair. */
+static void rope_head(float *x, int n_rot, const float *cs, const float *sn) {
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * cs[i] - x1 * sn[i];
+        x[i + half] = x0 * sn[i] + x1 * cs[i];
+    }
+}
+
+void op_rope_neox(float *x, int64_t T, int n_head, int head_dim, int n_rot,
+                  const int32_t *pos, float base, const int sections[4]) {
+    assert(n_rot % 2 == 0 && n_rot <= head_dim && n_rot <= OP_ROPE_MAX_DIMS);
+    int half = n_rot / 2;
+    float cs[OP_ROPE_MAX_DIMS / 2], sn[OP_ROPE_MAX_DIMS / 2];
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    for (int64_t t = 0; t < T; t++) {
+        /* Streams time/height/width carry the text position, extra carries 0. */
+        float theta[4] = {(float)pos[t], (float)pos[t], (float)pos[t], 0.0f};
+        for (int i = 0; i < half; i++) {
+            float th = theta[op_rope_pair_stream(sections, i)];
+            cs[i] = cosf(th);
+            sn[i] = sinf(th);
+            for (int s = 0; s < 4; s++) theta[s] *= theta_scale;
+        }
+        for (int h = 0; h < n_head; h++) rope_head(x + (t * n_head + h) * head_dim, n_rot, cs, sn);
+    }
+}
+
+void op_embed(const mm_weight *w, const int32_t *ids, int64_t n, float *out) {
+    for (int64_t t = 0; t < n; t++) mm_get_row(w, ids[t], out + t * w->in);
+}
