@@ -1,0 +1,506 @@
+/*
+ * model/qwen35.c — loading and running the Qwen3.5 hybrid backbone.
+ *
+ * The forward pass goes layer by layer over all tokens of the batch, and
+ * inside a layer one chunk of tokens at a time: per chunk, the mixer
+ * (DeltaNet or attention) then the FFN.  What a chunk needs from earlier
+ * chunks of the same layer is small and kept in the run state: the last K−1
+ * conv inputs, the delta-rule state S, and the layer's keys/values.  So the
+ * scratch is [chunk]-sized except the residual stream x and K/V ([N] rows).
+ */
+#include "model/qwen35.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "kernels/gdn.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+
+/* ==== hyperparameters ===================================================== */
+
+typedef struct hp_reader {
+    const gguf_file *f;
+    const char *arch;
+    char key[160];
+} hp_reader;
+
+static const char *hp_key(hp_reader *r, const char *suffix) {
+    snprintf(r->key, sizeof r->key, "%s.%s", r->arch, suffix);
+    return r->key;
+}
+
+/* A positive integer key.  Per-layer arrays (some converters write
+ * head_count_kv or feed_forward_length per layer) give their element `il`. */
+static clef_status hp_int(hp_reader *r, const char *suffix, int il, bool required, int dflt,
+                          int *out, clef_error *err) {
+    const gguf_kv *kv = gguf_find_kv(r->f, hp_key(r, suffix));
+    int64_t v;
+    if (!kv) {
+        if (required) return clef_err_set(err, CLEF_ERR_FORMAT, "metadata key '%s' missing", r->key);
+        *out = dflt;
+        return CLEF_OK;
+    }
+    bool ok = kv->type == GGUF_VT_ARRAY ? gguf_arr_i64(kv, (uint64_t)il, &v)
+                                        : gguf_get_i64(r->f, r->key, &v);
+    if (!ok || v < 0 || v > INT32_MAX)
+        return clef_err_set(err, CLEF_ERR_FORMAT, "metadata key '%s': not a usable integer", r->key);
+    *out = (int)v;
+    return CLEF_OK;
+}
+
+static clef_status hp_float(hp_reader *r, const char *suffix, float *out, clef_error *err) {
+    if (!gguf_get_f32(r->f, hp_key(r, suffix), out))
+        return clef_err_set(err, CLEF_ERR_FORMAT, "metadata key '%s' missing or not a float", r->key);
+    return CLEF_OK;
+}
+
+static clef_status hp_sections(hp_reader *r, int sections[4], clef_error *err) {
+    const gguf_kv *kv = gguf_find_kv(r->f, hp_key(r, "rope.dimension_sections"));
+    memset(sections, 0, 4 * sizeof *sections);
+    if (!kv) return CLEF_OK;
+    if (kv->type != GGUF_VT_ARRAY || kv->arr_n > 4)
+        return clef_err_set(err, CLEF_ERR_FORMAT, "metadata key '%s': expected up to 4 integers", r->key);
+    for (uint64_t i = 0; i < kv->arr_n; i++) {
+        int64_t v;
+        if (!gguf_arr_i64(kv, i, &v) || v < 0 || v > 4096)
+            return clef_err_set(err, CLEF_ERR_FORMAT, "metadata key '%s': bad element %" PRIu64, r->key, i);
+        sections[i] = (int)v;
+    }
+    return CLEF_OK;
+}
+
+/* Which layers are DeltaNet: `attention.recurrent_layers` (bool per layer)
+ * when present, else every layer but each interval-th. */
+static clef_status hp_recurrent(hp_reader *r, int n_layer, bool *rec, clef_error *err) {
+    const gguf_kv *kv = gguf_find_kv(r->f, hp_key(r, "attention.recurrent_layers"));
+    if (kv) {
+        if (kv->type != GGUF_VT_ARRAY || kv->arr_n < (uint64_t)n_layer)
+            return clef_err_set(err, CLEF_ERR_FORMAT, "metadata key '%s': expected %d flags", r->key, n_layer);
+        for (int il = 0; il < n_layer; il++) {
+            int64_t v;
+            if (kv->arr_type == GGUF_VT_BOOL) v = kv->data[il];
+            else if (!gguf_arr_i64(kv, (uint64_t)il, &v))
+                return clef_err_set(err, CLEF_ERR_FORMAT, "metadata key '%s': bad element %d", r->key, il);
+            rec[il] = v != 0;
+        }
+        return CLEF_OK;
+    }
+    int interval;
+    clef_status st = hp_int(r, "full_attention_interval", 0, false, 4, &interval, err);
+    if (st != CLEF_OK) return st;
+    if (interval < 1) return clef_err_set(err, CLEF_ERR_FORMAT, "metadata key '%s' must be >= 1", r->key);
+    for (int il = 0; il < n_layer; il++) rec[il] = (il + 1) % interval != 0;
+    return CLEF_OK;
+}
+
+/* First attention layer (per-layer head counts are read there), or 0. */
+static int first_attention_layer(const bool *rec, int n_layer) {
+    for (int il = 0; il < n_layer; il++)
+        if (!rec[il]) return il;
+    return 0;
+}
+
+static clef_status check(bool ok, clef_error *err, const char *what) {
+    return ok ? CLEF_OK : clef_err_set(err, CLEF_ERR_UNSUPPORTED, "unsupported hyperparameters: %s", what);
+}
+
+static clef_status validate_config(const qwen35_config *c, clef_error *err) {
+    clef_status st = CLEF_OK;
+    if (st == CLEF_OK) st = check(c->n_embd > 0 && c->n_layer > 0 && c->n_ff > 0, err, "empty model");
+    if (st == CLEF_OK) st = check(c->n_head > 0 && c->n_head_kv > 0 && c->n_head % c->n_head_kv == 0,
+                                  err, "head_count must be a multiple of head_count_kv");
+    if (st == CLEF_OK) st = check(c->head_dim > 0 && c->head_dim <= ATTN_MAX_HEAD_DIM, err, "key_length");
+    if (st == CLEF_OK) st = check(c->n_rot >= 0 && c->n_rot % 2 == 0 && c->n_rot <= c->head_dim &&
+                                  c->n_rot <= OP_ROPE_MAX_DIMS, err, "rope.dimension_count");
+    if (st == CLEF_OK) st = check(c->conv_kernel >= 1 && c->conv_kernel <= 64, err, "ssm.conv_kernel");
+    if (st == CLEF_OK) st = check(c->ssm_n_k_head > 0 && c->ssm_n_v_head > 0 &&
+                                  c->ssm_n_v_head % c->ssm_n_k_head == 0,
+                                  err, "ssm.time_step_rank must be a multiple of ssm.group_count");
+    if (st == CLEF_OK) st = check(c->ssm_k_dim > 0 && c->ssm_k_dim <= GDN_MAX_HEAD_DIM &&
+                                  c->ssm_v_dim > 0 && c->ssm_v_dim <= GDN_MAX_HEAD_DIM,
+                                  err, "ssm.state_size / ssm.inner_size");
+    return st;
+}
+
+static clef_status load_config(const gguf_file *f, const char *arch, qwen35_config *c, bool **rec,
+                               clef_error *err) {
+    hp_reader r = {.f = f, .arch = arch};
+    int blocks, nextn, key_len, val_len, inner;
+    clef_status st = CLEF_OK;
+    memset(c, 0, sizeof *c);
+    *rec = NULL;
+    if (st == CLEF_OK) st = hp_int(&r, "embedding_length", 0, true, 0, &c->n_embd, err);
+    if (st == CLEF_OK) st = hp_int(&r, "block_count", 0, true, 0, &blocks, err);
+    if (st == CLEF_OK) st = hp_int(&r, "nextn_predict_layers", 0, false, 0, &nextn, err);
+    if (st == CLEF_OK) st = hp_int(&r, "context_length", 0, true, 0, &c->n_ctx, err);
+    if (st == CLEF_OK) st = hp_float(&r, "attention.layer_norm_rms_epsilon", &c->rms_eps, err);
+    if (st == CLEF_OK) st = hp_float(&r, "rope.freq_base", &c->rope_base, err);
+    if (st == CLEF_OK) st = hp_sections(&r, c->rope_sections, err);
+    if (st != CLEF_OK) return st;
+    if (nextn >= blocks)
+        return clef_err_set(err, CLEF_ERR_FORMAT, "%s.nextn_predict_layers (%d) leaves no trunk of %d blocks",
+                            arch, nextn, blocks);
+    c->n_layer = blocks - nextn;
+    *rec = calloc((size_t)c->n_layer, sizeof **rec);
+    if (!*rec) return clef_err_set(err, CLEF_ERR_NOMEM, "out of memory");
+    st = hp_recurrent(&r, c->n_layer, *rec, err);
+    int la = first_attention_layer(*rec, c->n_layer);
+    if (st == CLEF_OK) st = hp_int(&r, "feed_forward_length", 0, true, 0, &c->n_ff, err);
+    if (st == CLEF_OK) st = hp_int(&r, "attention.head_count", la, true, 0, &c->n_head, err);
+    if (st == CLEF_OK) st = hp_int(&r, "attention.head_count_kv", la, true, 0, &c->n_head_kv, err);
+    if (st == CLEF_OK) st = hp_int(&r, "attention.key_length", 0, true, 0, &key_len, err);
+    if (st == CLEF_OK) st = hp_int(&r, "attention.value_length", 0, false, key_len, &val_len, err);
+    if (st == CLEF_OK) st = hp_int(&r, "rope.dimension_count", 0, true, 0, &c->n_rot, err);
+    if (st == CLEF_OK) st = hp_int(&r, "ssm.conv_kernel", 0, true, 0, &c->conv_kernel, err);
+    if (st == CLEF_OK) st = hp_int(&r, "ssm.state_size", 0, true, 0, &c->ssm_k_dim, err);
+    if (st == CLEF_OK) st = hp_int(&r, "ssm.group_count", 0, true, 0, &c->ssm_n_k_head, err);
+    if (st == CLEF_OK) st = hp_int(&r, "ssm.time_step_rank", 0, true, 0, &c->ssm_n_v_head, err);
+    if (st == CLEF_OK) st = hp_int(&r, "ssm.inner_size", 0, true, 0, &inner, err);
+    if (st != CLEF_OK) return st;
+    if (key_len != val_len)
+        return clef_err_set(err, CLEF_ERR_UNSUPPORTED, "%s.attention.key_length %d != value_length %d",
+                            arch, key_len, val_len);
+    c->head_dim = key_len;
+    if (c->ssm_n_v_head == 0 || inner % c->ssm_n_v_head)
+        return clef_err_set(err, CLEF_ERR_FORMAT, "%s.ssm.inner_size %d is not a multiple of time_step_rank %d",
+                            arch, inner, c->ssm_n_v_head);
+    c->ssm_v_dim = inner / c->ssm_n_v_head;
+    c->conv_dim = 2 * c->ssm_n_k_head * c->ssm_k_dim + c->ssm_n_v_head * c->ssm_v_dim;
+    return validate_config(c, err);
+}
+
+/* ==== tensors ================================================================ */
+
+typedef struct loader {
+    clef_model *owner;
+    int il;
+    char name[96];
+} loader;
+
+static const char *blk(loader *L, const char *suffix) {
+    snprintf(L->name, sizeof L->name, "blk.%d.%s", L->il, suffix);
+    return L->name;
+}
+
+static clef_status load_recurrent(loader *L, const qwen35_config *c, qwen35_layer *l, clef_error *err) {
+    const int64_t E = c->n_embd, Hv = c->ssm_n_v_head, vdim = (int64_t)Hv * c->ssm_v_dim;
+    const int64_t conv_ne[2] = {c->conv_kernel, c->conv_dim};
+    clef_model *m = L->owner;
+    clef_status st = CLEF_OK;
+    if (st == CLEF_OK) st = model_matrix(m, blk(L, "attn_qkv.weight"), E, c->conv_dim, &l->attn_qkv, err);
+    if (st == CLEF_OK) st = model_matrix(m, blk(L, "attn_gate.weight"), E, vdim, &l->attn_gate, err);
+    if (st == CLEF_OK) st = model_matrix(m, blk(L, "ssm_beta.weight"), E, Hv, &l->ssm_beta, err);
+    if (st == CLEF_OK) st = model_matrix(m, blk(L, "ssm_alpha.weight"), E, Hv, &l->ssm_alpha, err);
+    if (st == CLEF_OK) st = model_tensor_f32(m, blk(L, "ssm_conv1d.weight"), 2, conv_ne, &l->ssm_conv1d, err);
+    if (st == CLEF_OK) st = model_vector(m, blk(L, "ssm_dt.bias"), Hv, &l->ssm_dt_bias, err);
+    if (st == CLEF_OK) st = model_vector(m, blk(L, "ssm_a"), Hv, &l->ssm_a, err);
+    if (st == CLEF_OK) st = model_vector(m, blk(L, "ssm_norm.weight"), c->ssm_v_dim, &l->ssm_norm, err);
+    if (st == CLEF_OK) st = model_matrix(m, blk(L, "ssm_out.weight"), vdim, E, &l->ssm_out, err);
+    return st;
+}
+
+static clef_status load_attention(loader *L, const qwen35_config *c, qwen35_layer *l, clef_error *err) {
+    const int64_t E = c->n_embd, D = c->head_dim;
+    const int64_t qdim = (int64_t)c->n_head * D, kvdim = (int64_t)c->n_head_kv * D;
+    clef_model *m = L->owner;
+    clef_status st = CLEF_OK;
+    if (st == CLEF_OK) st = model_matrix(m, blk(L, "attn_q.weight"), E, 2 * qdim, &l->attn_q, err);
+    if (st == CLEF_OK) st = model_matrix(m, blk(L, "attn_k.weight"), E, kvdim, &l->attn_k, err);
+    if (st == CLEF_OK) st = model_matrix(m, blk(L, "attn_v.weight"), E, kvdim, &l->attn_v, err);
+    if (st == CLEF_OK) st = model_matrix(m, blk(L, "attn_output.weight"), qdim, E, &l->attn_output, err);
+    if (st == CLEF_OK) st = model_vector(m, blk(L, "attn_q_norm.weight"), D, &l->attn_q_norm, err);
+    if (st == CLEF_OK) st = model_vector(m, blk(L, "attn_k_norm.weight"), D, &l->attn_k_norm, err);
+    return st;
+}
+
+static clef_status load_layer(loader *L, const qwen35_config *c, qwen35_layer *l, clef_error *err) {
+    const int64_t E = c->n_embd, F = c->n_ff;
+    clef_model *m = L->owner;
+    clef_status st = CLEF_OK;
+    if (st == CLEF_OK) st = model_vector(m, blk(L, "attn_norm.weight"), E, &l->attn_norm, err);
+    if (st == CLEF_OK) st = model_vector(m, blk(L, "post_attention_norm.weight"), E, &l->post_attention_norm, err);
+    if (st == CLEF_OK) st = l->recurrent ? load_recurrent(L, c, l, err) : load_attention(L, c, l, err);
+    if (st == CLEF_OK) st = model_matrix(m, blk(L, "ffn_gate.weight"), E, F, &l->ffn_gate, err);
+    if (st == CLEF_OK) st = model_matrix(m, blk(L, "ffn_up.weight"), E, F, &l->ffn_up, err);
+    if (st == CLEF_OK) st = model_matrix(m, blk(L, "ffn_down.weight"), F, E, &l->ffn_down, err);
+    return st;
+}
+
+static clef_status load_globals(clef_model *owner, qwen35_model *m, clef_error *err) {
+    qwen35_config *c = &m->cfg;
+    const gguf_tensor *te = model_find(owner, "token_embd.weight");
+    if (!te) return clef_err_set(err, CLEF_ERR_FORMAT, "tensor 'token_embd.weight' not found");
+    if (te->n_dims != 2 || te->ne[1] < 1 || te->ne[1] > INT32_MAX)
+        return clef_err_set(err, CLEF_ERR_FORMAT, "tensor 'token_embd.weight': expected [%d, n_vocab]", c->n_embd);
+    c->n_vocab = (int)te->ne[1];
+    clef_status st = model_matrix(owner, "token_embd.weight", c->n_embd, c->n_vocab, &m->token_embd, err);
+    if (st == CLEF_OK) st = model_vector(owner, "output_norm.weight", c->n_embd, &m->output_norm, err);
+    if (st != CLEF_OK) return st;
+    m->output_tied = model_find(owner, "output.weight") == NULL;
+    if (m->output_tied) {
+        m->output = m->token_embd;
+        return CLEF_OK;
+    }
+    return model_matrix(owner, "output.weight", c->n_embd, c->n_vocab, &m->output, err);
+}
+
+clef_status qwen35_load(clef_model *owner, const char *arch, qwen35_model *out, clef_error *err) {
+    memset(out, 0, sizeof *out);
+    bool *rec = NULL;
+    clef_status st = load_config(model_gguf(owner), arch, &out->cfg, &rec, err);
+    if (st == CLEF_OK) st = load_globals(owner, out, err);
+    if (st == CLEF_OK) {
+        out->layers = calloc((size_t)out->cfg.n_layer, sizeof *out->layers);
+        if (!out->layers) st = clef_err_set(err, CLEF_ERR_NOMEM, "out of memory");
+    }
+    loader L = {.owner = owner};
+    for (int il = 0; st == CLEF_OK && il < out->cfg.n_layer; il++) {
+        L.il = il;
+        out->layers[il].recurrent = rec[il];
+        st = load_layer(&L, &out->cfg, &out->layers[il], err);
+    }
+    free(rec);
+    if (st != CLEF_OK) qwen35_free(out);
+    return st;
+}
+
+void qwen35_free(qwen35_model *m) {
+    free(m->layers);
+    m->layers = NULL;
+}
+
+/* ==== forward ================================================================ */
+
+/* Scratch for one call, sized by N (all tokens) and C (tokens per chunk). */
+typedef struct qwen35_run {
+    int64_t N, C;
+    int32_t *pos;       /* [N] position of each token in its own sequence      */
+    float *x;           /* [N][E] residual stream                              */
+    float *h;           /* [C][E] normed input of the current sublayer         */
+    float *mix;         /* [C][E] sublayer output before the residual add      */
+    float *o;           /* [C][max(Hv·Dv, H·D)] mixer output before Wout       */
+    /* Gated DeltaNet */
+    float *hist;        /* [K−1+C][conv_dim] conv inputs with K−1 rows of history */
+    float *conv;        /* [C][conv_dim] silu(conv): q | k | v                 */
+    float *z;           /* [C][Hv·Dv] output gate                              */
+    float *beta;        /* [C][Hv]                                             */
+    float *gdecay;      /* [C][Hv] log decay g                                 */
+    float *S;           /* [Hv][Dk][Dv] state of the sequence being read       */
+    /* gated attention */
+    float *qg;          /* [C][H][2D] query | gate per head                    */
+    float *q;           /* [C][H][D]                                           */
+    float *k, *v;       /* [N][Hkv][D] the current layer's keys and values     */
+    /* FFN */
+    float *ff_gate;     /* [C][F]                                              */
+    float *ff_up;       /* [C][F]                                              */
+} qwen35_run;
+
+static void run_free(qwen35_run *r) {
+    float **bufs[] = {&r->x, &r->h, &r->mix, &r->o, &r->hist, &r->conv, &r->z, &r->beta,
+                      &r->gdecay, &r->S, &r->qg, &r->q, &r->k, &r->v, &r->ff_gate, &r->ff_up};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    free(r->pos);
+    r->pos = NULL;
+}
+
+static float *alloc_f(int64_t a, int64_t b, bool *ok) {
+    float *p = calloc((size_t)a * (size_t)b, sizeof *p);
+    if (!p) *ok = false;
+    return p;
+}
+
+static clef_status run_alloc(qwen35_run *r, const qwen35_config *c, int64_t N, int64_t C,
+                             clef_error *err) {
+    const int64_t Hv = c->ssm_n_v_head, vdim = Hv * c->ssm_v_dim;
+    const int64_t qdim = (int64_t)c->n_head * c->head_dim, kvdim = (int64_t)c->n_head_kv * c->head_dim;
+    bool ok = true;
+    memset(r, 0, sizeof *r);
+    r->N = N;
+    r->C = C;
+    r->pos = calloc((size_t)N, sizeof *r->pos);
+    ok = r->pos != NULL;
+    r->x = alloc_f(N, c->n_embd, &ok);
+    r->h = alloc_f(C, c->n_embd, &ok);
+    r->mix = alloc_f(C, c->n_embd, &ok);
+    r->o = alloc_f(C, vdim > qdim ? vdim : qdim, &ok);
+    r->hist = alloc_f(c->conv_kernel - 1 + C, c->conv_dim, &ok);
+    r->conv = alloc_f(C, c->conv_dim, &ok);
+    r->z = alloc_f(C, vdim, &ok);
+    r->beta = alloc_f(C, Hv, &ok);
+    r->gdecay = alloc_f(C, Hv, &ok);
+    r->S = alloc_f(Hv * c->ssm_k_dim, c->ssm_v_dim, &ok);
+    r->qg = alloc_f(C, 2 * qdim, &ok);
+    r->q = alloc_f(C, qdim, &ok);
+    r->k = alloc_f(N, kvdim, &ok);
+    r->v = alloc_f(N, kvdim, &ok);
+    r->ff_gate = alloc_f(C, c->n_ff, &ok);
+    r->ff_up = alloc_f(C, c->n_ff, &ok);
+    if (!ok) {
+        run_free(r);
+        return clef_err_set(err, CLEF_ERR_NOMEM, "out of memory for the scratch of %" PRId64 " tokens", N);
+    }
+    return CLEF_OK;
+}
+
+static void add_rows(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* Gated DeltaNet mixer on tokens [c0, c0+T): reads r->h, writes r->mix. */
+static void deltanet_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35_run *r,
+                           tp_pool *pool, int64_t c0, int64_t T) {
+    const int K = c->conv_kernel, Hk = c->ssm_n_k_head, Hv = c->ssm_n_v_head;
+    const int Dk = c->ssm_k_dim, Dv = c->ssm_v_dim;
+    const int64_t cd = c->conv_dim;
+    const int32_t *pos = r->pos + c0;
+    float *qkv = r->hist + (int64_t)(K - 1) * cd; /* this chunk's conv inputs */
+
+    /* 1. projections: qkv, z, β = sigmoid(h·Wβ), g = softplus(h·Wα + dt_bias)·a */
+    mm_matmul(pool, &l->attn_qkv, r->h, qkv, T);
+    mm_matmul(pool, &l->attn_gate, r->h, r->z, T);
+    mm_matmul(pool, &l->ssm_beta, r->h, r->beta, T);
+    op_sigmoid(r->beta, T * Hv);
+    mm_matmul(pool, &l->ssm_alpha, r->h, r->gdecay, T);
+    for (int64_t t = 0; t < T; t++)
+        for (int h = 0; h < Hv; h++) {
+            float *g = &r->gdecay[t * Hv + h];
+            *g = op_softplus1(*g + l->ssm_dt_bias[h]) * l->ssm_a[h];
+        }
+
+    /* 2. causal depthwise conv + SiLU; keep the last K−1 inputs for the next chunk */
+    gdn_conv1d_silu(pool, r->hist, l->ssm_conv1d, pos, T, cd, K, r->conv);
+    gdn_conv_shift(r->hist, T, cd, K);
+
+    /* 3. q, k L2-normalised per head */
+    for (int64_t t = 0; t < T; t++) op_l2norm(r->conv + t * cd, Dk, 2 * Hk, c->rms_eps);
+
+    /* 4. gated delta rule */
+    const float *q = r->conv, *k = r->conv + (int64_t)Hk * Dk, *v = r->conv + 2 * (int64_t)Hk * Dk;
+    gdn_delta_rule(pool, q, k, v, cd, r->gdecay, r->beta, pos, T, Hk, Hv, Dk, Dv, r->S, r->o);
+
+    /* 5. y_h = rms(o_h, ssm_norm)·silu(z_h);  mix = y·Wout */
+    op_rmsnorm(r->o, r->o, l->ssm_norm, Dv, T * Hv, c->rms_eps);
+    for (int64_t i = 0; i < T * Hv * Dv; i++) r->o[i] *= op_silu1(r->z[i]);
+    mm_matmul(pool, &l->ssm_out, r->o, r->mix, T);
+}
+
+/* Gated attention mixer on tokens [c0, c0+T): reads r->h, writes r->mix. */
+static void attention_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35_run *r,
+                            tp_pool *pool, int64_t c0, int64_t T) {
+    const int H = c->n_head, Hkv = c->n_head_kv, D = c->head_dim;
+    const int64_t kvdim = (int64_t)Hkv * D;
+    const int32_t *pos = r->pos + c0;
+    float *k = r->k + c0 * kvdim, *v = r->v + c0 * kvdim;
+
+    /* 1. qg = h·Wq viewed [T][H][2D]: query = first D of each head, gate = next D */
+    mm_matmul(pool, &l->attn_q, r->h, r->qg, T);
+    for (int64_t t = 0; t < T; t++)
+        for (int hh = 0; hh < H; hh++)
+            memcpy(r->q + (t * H + hh) * D, r->qg + (t * H + hh) * 2 * D, (size_t)D * sizeof *r->q);
+
+    /* 2. q, k RMS-normed per head; k, v appended to the layer's buffers */
+    op_rmsnorm(r->q, r->q, l->attn_q_norm, D, T * H, c->rms_eps);
+    mm_matmul(pool, &l->attn_k, r->h, k, T);
+    op_rmsnorm(k, k, l->attn_k_norm, D, T * Hkv, c->rms_eps);
+    mm_matmul(pool, &l->attn_v, r->h, v, T);
+
+    /* 3. rotary on the first n_rot dims */
+    op_rope_neox(r->q, T, H, D, c->n_rot, pos, c->rope_base, c->rope_sections);
+    op_rope_neox(k, T, Hkv, D, c->n_rot, pos, c->rope_base, c->rope_sections);
+
+    /* 4. causal softmax attention, scale 1/sqrt(D) */
+    attn_causal(pool, r->q, r->k, r->v, pos, c0, T, H, Hkv, D, 1.0f / sqrtf((float)D), r->o);
+
+    /* 5. mix = (attn ⊙ sigmoid(gate))·Wo */
+    for (int64_t t = 0; t < T; t++)
+        for (int hh = 0; hh < H; hh++) {
+            float *o = r->o + (t * H + hh) * D;
+            const float *gate = r->qg + (t * H + hh) * 2 * D + D;
+            for (int d = 0; d < D; d++) o[d] *= op_sigmoid1(gate[d]);
+        }
+    mm_matmul(pool, &l->attn_output, r->o, r->mix, T);
+}
+
+/* x += down(silu(gate(u)) * up(u)), u = rms(x, post_attention_norm), on [c0, c0+T). */
+static void ffn_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35_run *r, tp_pool *pool,
+                      int64_t c0, int64_t T) {
+    float *x = r->x + c0 * c->n_embd;
+    op_rmsnorm(r->h, x, l->post_attention_norm, c->n_embd, T, c->rms_eps);
+    mm_matmul(pool, &l->ffn_gate, r->h, r->ff_gate, T);
+    mm_matmul(pool, &l->ffn_up, r->h, r->ff_up, T);
+    op_silu_mul(r->ff_gate, r->ff_up, T * c->n_ff);
+    mm_matmul(pool, &l->ffn_down, r->ff_gate, r->mix, T);
+    add_rows(x, r->mix, T * c->n_embd);
+}
+
+static void layer_forward(const qwen35_config *c, const qwen35_layer *l, qwen35_run *r, tp_pool *pool) {
+    for (int64_t c0 = 0; c0 < r->N; c0 += r->C) {
+        int64_t T = r->N - c0 < r->C ? r->N - c0 : r->C;
+        float *x = r->x + c0 * c->n_embd;
+        op_rmsnorm(r->h, x, l->attn_norm, c->n_embd, T, c->rms_eps);
+        if (l->recurrent) deltanet_chunk(c, l, r, pool, c0, T);
+        else attention_chunk(c, l, r, pool, c0, T);
+        add_rows(x, r->mix, T * c->n_embd);
+        ffn_chunk(c, l, r, pool, c0, T);
+    }
+}
+
+static clef_status validate_seqs(const qwen35_config *c, const qwen35_seq *seqs, int n_seq,
+                                 int64_t *total, clef_error *err) {
+    if (n_seq < 1 || !seqs) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "forward: no sequences");
+    *total = 0;
+    for (int s = 0; s < n_seq; s++) {
+        const qwen35_seq *q = &seqs[s];
+        if (q->n < 1 || !q->ids || !q->hidden)
+            return clef_err_set(err, CLEF_ERR_INVALID_ARG, "forward: sequence %d is empty", s);
+        if (q->n > c->n_ctx)
+            return clef_err_set(err, CLEF_ERR_TOO_LONG, "forward: sequence %d has %" PRId64
+                                " tokens, the model's context is %d", s, q->n, c->n_ctx);
+        for (int64_t t = 0; t < q->n; t++)
+            if (q->ids[t] < 0 || q->ids[t] >= c->n_vocab)
+                return clef_err_set(err, CLEF_ERR_INVALID_ARG, "forward: sequence %d token %" PRId64
+                                    ": id %" PRId32 " is outside the vocabulary [0, %d)",
+                                    s, t, q->ids[t], c->n_vocab);
+        *total += q->n;
+    }
+    return CLEF_OK;
+}
+
+clef_status qwen35_forward(const qwen35_model *m, tp_pool *pool, const qwen35_seq *seqs,
+                           int n_seq, int64_t chunk, clef_error *err) {
+    const qwen35_config *c = &m->cfg;
+    const int64_t E = c->n_embd;
+    int64_t N = 0;
+    clef_status st = validate_seqs(c, seqs, n_seq, &N, err);
+    if (st != CLEF_OK) return st;
+    if (chunk <= 0) chunk = QWEN35_DEFAULT_CHUNK;
+    qwen35_run r;
+    if ((st = run_alloc(&r, c, N, chunk < N ? chunk : N, err)) != CLEF_OK) return st;
+
+    /* x = token_embd[ids]; sequences laid end to end, positions restart at 0 */
+    int64_t g = 0;
+    for (int s = 0; s < n_seq; s++) {
+        op_embed(&m->token_embd, seqs[s].ids, seqs[s].n, r.x + g * E);
+        for (int64_t t = 0; t < seqs[s].n; t++) r.pos[g++] = (int32_t)t;
+    }
+
+    for (int il = 0; il < c->n_layer; il++) layer_forward(c, &m->layers[il], &r, pool);
+
+    /* out = rms(x, output_norm), per sequence into the caller's buffers */
+    g = 0;
+    for (int s = 0; s < n_seq; s++) {
+        op_rmsnorm(seqs[s].hidden, r.x + g * E, m->output_norm, E, seqs[s].n, c->rms_eps);
+        g += seqs[s].n;
+    }
+    run_free(&r);
+    return CLEF_OK;
+}
