@@ -207,18 +207,19 @@ static clef_status parse_array(cursor *c, gguf_kv *kv, uint64_t **str_off) {
         if (n > cur_left(c) / es)
             return clef_err_set(c->err, CLEF_ERR_FORMAT,
                                 "key '%s': array of %llu %s values at byte %zu runs past the "
-                                "file end (%zu bytes left)",
+                                "file end (truncated at byte %zu: %zu bytes left)",
                                 show(kv->key, kb), (unsigned long long)n, gguf_vtype_name(et), at,
-                                cur_left(c));
+                                c->pos, cur_left(c));
         const uint8_t *p = NULL;
         if ((st = cur_bytes(c, "array data", n * es, &p))) return st;
         if ((st = check_fixed(c, kv->key, et, p, n))) return st;
     } else {
         if (n > cur_left(c) / 8)
             return clef_err_set(c->err, CLEF_ERR_FORMAT,
-                                "key '%s': array of %llu strings at byte %zu cannot fit in the "
-                                "%zu bytes left",
-                                show(kv->key, kb), (unsigned long long)n, at, cur_left(c));
+                                "key '%s': array of %llu strings at byte %zu runs past the "
+                                "file end (truncated at byte %zu: %zu bytes left)",
+                                show(kv->key, kb), (unsigned long long)n, at, c->pos,
+                                cur_left(c));
         uint64_t *off = malloc((size_t)(n ? n : 1) * sizeof *off);
         if (!off) return clef_err_set(c->err, CLEF_ERR_NOMEM, "out of memory indexing key '%s'",
                                       show(kv->key, kb));
@@ -430,11 +431,13 @@ static clef_status parse_header(gguf_file *f, clef_error *err) {
     if ((st = cur_u64(&c, "tensor count", &n_t)) || (st = cur_u64(&c, "kv count", &n_kv))) return st;
     if (n_kv > cur_left(&c) / GGUF_MIN_KV_BYTES || n_kv > UINT32_MAX - 1)
         return clef_err_set(err, CLEF_ERR_FORMAT,
-                            "kv count %llu is more than a %zu-byte file could hold",
+                            "kv count %llu is more than a %zu-byte file could hold "
+                            "(corrupt count or truncated file)",
                             (unsigned long long)n_kv, f->size);
     if (n_t > cur_left(&c) / GGUF_MIN_TENSOR_BYTES || n_t > UINT32_MAX - 1)
         return clef_err_set(err, CLEF_ERR_FORMAT,
-                            "tensor count %llu is more than a %zu-byte file could hold",
+                            "tensor count %llu is more than a %zu-byte file could hold "
+                            "(corrupt count or truncated file)",
                             (unsigned long long)n_t, f->size);
 
     uint64_t cap = 0;
