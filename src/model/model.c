@@ -3,8 +3,9 @@
  * shape checks, and the public model functions of clef.h.
  *
  * Loading order: map and validate the GGUF, check the architecture, start
- * the thread pool, then the backbone (model/qwen35.c), the tokenizer and,
- * for arch `clef`, the decision head.  Any failure frees what was built.
+ * the thread pool, then the backbone (model/qwen35.c), the tokenizer (when
+ * the file has tokenizer.ggml.* metadata) and, for arch `clef`, the
+ * decision head.  Any failure frees what was built.
  */
 #include "model/model.h"
 
@@ -16,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/dequant.h"
+#include "text/tokenizer.h"
 
 /* ---- tensor lookup ------------------------------------------------------ */
 
@@ -190,8 +192,9 @@ clef_status clef_model_load(const char *path, const clef_model_params *params,
     if (st == CLEF_OK) st = read_name(m, path, err);
     if (st == CLEF_OK) st = tp_create(params->n_threads, &m->pool, err);
     if (st == CLEF_OK) st = qwen35_load(m, m->arch, &m->backbone, err);
-    /* Tokenizer: tok_load_gguf(m->gguf, &m->tokenizer, err) goes here once
-     * src/text/tokenizer.h exists. */
+    /* A file without tokenizer metadata still runs from token ids. */
+    if (st == CLEF_OK && gguf_find_kv(m->gguf, "tokenizer.ggml.model"))
+        st = tok_load_gguf(m->gguf, &m->tokenizer, err);
     /* Decision head (arch clef): head_load(m->gguf, &m->head, err) goes
      * here, written by the head's owner (src/model/head.*). */
     if (st != CLEF_OK) {
@@ -206,7 +209,7 @@ clef_status clef_model_load(const char *path, const clef_model_params *params,
 void clef_model_free(clef_model *m) {
     if (!m) return;
     /* head_free(m->head) goes here with the head. */
-    /* clef_tokenizer_free(m->tokenizer) goes here with the tokenizer. */
+    clef_tokenizer_free(m->tokenizer);
     qwen35_free(&m->backbone);
     tp_free(m->pool);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);

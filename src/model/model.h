@@ -28,7 +28,7 @@ struct clef_model {
     char *name;                    /* general.name, else the file's base name     */
     tp_pool *pool;                 /* compute threads; owned                      */
     qwen35_model backbone;
-    clef_tokenizer *tokenizer;     /* owned; NULL until the tokenizer module loads it */
+    clef_tokenizer *tokenizer;     /* owned; NULL when the file has no tokenizer.ggml.* */
 
     /* ---- decision head: written and freed by src/model/head.* ---------- */
     struct head_model *head;       /* NULL for qwen35                             */
