@@ -118,7 +118,7 @@ static void check_file(const char *name, tok_pre_kind kind) {
     clef_error err = {0};
     assert_int_equal(tok_pretok_new(kind, &pre, &err), CLEF_OK);
     tok_recs recs;
-    assert_int_equal(tok_recs_read(path, &recs), 0);
+    assert_int_equal(tok_recs_read(path, &recs, 1), 0);
     assert_true(recs.n > 600);
     size_t pass = 0, n_bad = 0;
     for (size_t r = 0; r < recs.n; r++) {

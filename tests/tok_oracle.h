@@ -40,7 +40,7 @@ typedef struct tok_recs {
     size_t n_rejoined;     /* records rebuilt from fragments              */
 } tok_recs;
 
-static json_t *tok_parse(const char *s, size_t len) {
+static inline json_t *tok_parse(const char *s, size_t len) {
     json_error_t e;
     json_t *j = json_loadb(s, len, JSON_ALLOW_NUL, &e);
     if (j && !json_is_object(j)) {
@@ -50,13 +50,14 @@ static json_t *tok_parse(const char *s, size_t len) {
     return j;
 }
 
-static void tok_recs_push(tok_recs *r, json_t *obj, int line, int marks) {
+static inline void tok_recs_push(tok_recs *r, json_t *obj, int line, int marks) {
     r->recs = realloc(r->recs, (r->n + 1) * sizeof *r->recs);
     r->recs[r->n++] = (tok_rec){obj, line, marks};
 }
 
-/* Read path's records; returns 0 on success, -1 when the file is unreadable. */
-static int tok_recs_read(const char *path, tok_recs *r) {
+/* Read path's records; returns 0 on success, -1 when the file is unreadable.
+ * verbose: print every fragment that formed no record. */
+static inline int tok_recs_read(const char *path, tok_recs *r, int verbose) {
     memset(r, 0, sizeof *r);
     size_t len = 0;
     FILE *f = fopen(path, "rb");
@@ -115,8 +116,9 @@ static int tok_recs_read(const char *path, tok_recs *r) {
             r->n_rejoined++;
             i = k + 1;
         } else {
-            printf("  %s:%zu: damaged oracle line (not part of any record): %.*s\n", path,
-                   i + 1, (int)(ll[i] < 60 ? ll[i] : 60), lp[i]);
+            if (verbose)
+                printf("  %s:%zu: damaged oracle line (not part of any record): %.*s\n", path,
+                       i + 1, (int)(ll[i] < 60 ? ll[i] : 60), lp[i]);
             r->n_lost_lines++;
             i++;
         }
@@ -128,14 +130,14 @@ static int tok_recs_read(const char *path, tok_recs *r) {
     return 0;
 }
 
-static void tok_recs_free(tok_recs *r) {
+static inline void tok_recs_free(tok_recs *r) {
     for (size_t i = 0; i < r->n; i++) json_decref(r->recs[i].obj);
     free(r->recs);
     memset(r, 0, sizeof *r);
 }
 
 /* Count the marks in s[0..len). */
-static int tok_count_marks(const char *s, size_t len) {
+static inline int tok_count_marks(const char *s, size_t len) {
     int n = 0;
     for (size_t i = 0; i + TOK_MARK_LEN <= len; i++)
         if (memcmp(s + i, TOK_MARK, TOK_MARK_LEN) == 0) n++, i += TOK_MARK_LEN - 1;
@@ -144,7 +146,7 @@ static int tok_count_marks(const char *s, size_t len) {
 
 /* s with its marks replaced by the characters that choice (base 3, one digit
  * per mark) selects; malloc'd, *out_len set. */
-static char *tok_subst_marks(const char *s, size_t len, unsigned choice, size_t *out_len) {
+static inline char *tok_subst_marks(const char *s, size_t len, unsigned choice, size_t *out_len) {
     char *o = malloc(len + 1);
     size_t n = 0;
     for (size_t i = 0; i < len;) {
@@ -166,7 +168,7 @@ static char *tok_subst_marks(const char *s, size_t len, unsigned choice, size_t 
 
 /* Does got[0..gl) equal want[0..wl), where each mark in want may stand for
  * any of the three characters? */
-static int tok_eq_marked(const char *got, size_t gl, const char *want, size_t wl) {
+static inline int tok_eq_marked(const char *got, size_t gl, const char *want, size_t wl) {
     size_t g = 0, w = 0;
     while (w < wl) {
         if (w + TOK_MARK_LEN <= wl && memcmp(want + w, TOK_MARK, TOK_MARK_LEN) == 0) {
@@ -188,7 +190,7 @@ static int tok_eq_marked(const char *got, size_t gl, const char *want, size_t wl
     return g == gl;
 }
 
-static unsigned tok_pow3(int k) {
+static inline unsigned tok_pow3(int k) {
     unsigned p = 1;
     while (k-- > 0) p *= 3;
     return p;
