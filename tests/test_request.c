@@ -307,7 +307,7 @@ static void test_noul_needs_content(void **s) {
 }
 
 static char *choice_body(int n) {
-    char *b = malloc(64 + (size_t)n * 16);
+    char *b = malloc(160 + (size_t)n * 16);
     strcpy(b, "{\"model\":\"m\",\"state\":\"s\",\"questions\":{\"d\":{\"type\":\"choice\",\"criteria\":{");
     for (int i = 0; i < n; i++) sprintf(b + strlen(b), "%s\"o%d\":null", i ? "," : "", i);
     strcat(b, "}}}}");
@@ -315,7 +315,7 @@ static char *choice_body(int n) {
 }
 
 static char *score_body(int n) {
-    char *b = malloc(64 + (size_t)n * 16);
+    char *b = malloc(160 + (size_t)n * 16);
     strcpy(b, "{\"model\":\"m\",\"state\":\"s\",\"questions\":{\"s\":{\"type\":\"score\",\"criteria\":[");
     for (int i = 0; i < n; i++) sprintf(b + strlen(b), "%s\"level %d\"", i ? "," : "", i);
     strcat(b, "]}}}");

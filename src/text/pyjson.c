@@ -195,7 +195,7 @@ static void dump_object(pyjson_buf *b, const json_t *v, unsigned flags) {
         keys[k].len = json_object_iter_key_len(it);
         keys[k].value = json_object_iter_value(it);
     }
-    if (flags & PYJSON_SORT_KEYS) qsort(keys, k, sizeof *keys, key_cmp);
+    if ((flags & PYJSON_SORT_KEYS) && k > 1) qsort(keys, k, sizeof *keys, key_cmp);
     pyjson_buf_append(b, "{", 1);
     for (size_t i = 0; i < k && !b->failed; i++) {
         if (i) pyjson_buf_append(b, ",", 1);
