@@ -327,6 +327,18 @@ static void test_qwen35_prompts(void **state) {
                                n_want);
         printf("  %s: %zu tokens %s\n", g.gl_pathv[i], n_want, ok ? "ok" : "DIFFER");
         assert_true(ok);
+        /* Forcing the Qwen2 split (what Clef checkpoints use) changes
+         * nothing on these ASCII prompts. */
+        gguf_file *f = NULL;
+        assert_int_equal(gguf_open(model, &f, &err), CLEF_OK);
+        clef_tokenizer *tok2 = NULL;
+        tok_pre_kind qwen2 = TOK_PRE_QWEN2;
+        assert_int_equal(tok_load_gguf_ex(f, &qwen2, &tok2, &err), CLEF_OK);
+        gguf_close(f);
+        assert_int_equal(tok_pre(tok2), TOK_PRE_QWEN2);
+        assert_true(encode_equals(tok2, json_string_value(p), json_string_length(p), true, want,
+                                  n_want));
+        clef_tokenizer_free(tok2);
         free(want);
         clef_tokenizer_free(tok);
         json_decref(j);

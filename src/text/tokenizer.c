@@ -192,7 +192,8 @@ static clef_status load_special_id(const gguf_file *f, const char *key, size_t n
     return CLEF_OK;
 }
 
-static clef_status load_pre(const gguf_file *f, clef_tokenizer *tok, clef_error *err) {
+static clef_status load_pre(const gguf_file *f, const tok_pre_kind *pre_override,
+                            clef_tokenizer *tok, clef_error *err) {
     gguf_str model, pre;
     if (!gguf_get_str(f, "tokenizer.ggml.model", &model))
         return clef_err_set(err, CLEF_ERR_FORMAT, "missing metadata key tokenizer.ggml.model");
@@ -205,15 +206,20 @@ static clef_status load_pre(const gguf_file *f, clef_tokenizer *tok, clef_error 
         return clef_err_set(err, CLEF_ERR_FORMAT, "missing metadata key tokenizer.ggml.pre");
     tok_pre_kind kind;
     clef_status st = tok_pre_kind_from_name(pre.ptr, (size_t)pre.len, &kind, err);
-    if (st == CLEF_OK) st = tok_pretok_new(kind, &tok->pre, err);
+    if (st == CLEF_OK) st = tok_pretok_new(pre_override ? *pre_override : kind, &tok->pre, err);
     return st;
 }
 
 clef_status tok_load_gguf(const gguf_file *f, clef_tokenizer **out, clef_error *err) {
+    return tok_load_gguf_ex(f, NULL, out, err);
+}
+
+clef_status tok_load_gguf_ex(const gguf_file *f, const tok_pre_kind *pre_override,
+                             clef_tokenizer **out, clef_error *err) {
     *out = NULL;
     clef_tokenizer *tok = calloc(1, sizeof *tok);
     if (!tok) return clef_err_set(err, CLEF_ERR_NOMEM, "out of memory for the tokenizer");
-    clef_status st = load_pre(f, tok, err);
+    clef_status st = load_pre(f, pre_override, tok, err);
     if (st == CLEF_OK) st = load_bpe(f, tok, err);
     if (st == CLEF_OK) st = load_types(f, tok, err);
     if (st == CLEF_OK) st = index_added(tok, err);
@@ -343,6 +349,7 @@ clef_status tok_encode_append(const clef_tokenizer *tok, const char *text, size_
                               size_t *cap, clef_error *err) {
     if (!tok || !ids || !n_ids || !cap || (!text && len))
         return clef_err_set(err, CLEF_ERR_INVALID_ARG, "tokenize: NULL argument");
+    if (len == 0) return CLEF_OK;
     clef_status st = tok_check_utf8(text, len, err);
     if (st != CLEF_OK) return st;
     size_t n0 = *n_ids;

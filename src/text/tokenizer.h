@@ -49,6 +49,14 @@ typedef enum tok_type {
  * (CLEF_ERR_UNSUPPORTED). */
 clef_status tok_load_gguf(const gguf_file *f, clef_tokenizer **out, clef_error *err);
 
+/* The same, splitting with *pre_override instead of the file's
+ * tokenizer.ggml.pre when pre_override is non-NULL (the pre key must still
+ * be present and known).  Why: spec/clef-model.md §2 — Clef checkpoints
+ * split with the Qwen2 regex although llama.cpp's converter may label
+ * them "qwen35"; the model loader follows the checkpoint. */
+clef_status tok_load_gguf_ex(const gguf_file *f, const tok_pre_kind *pre_override,
+                             clef_tokenizer **out, clef_error *err);
+
 /* Number of tokens (ids 0..n-1); the same as clef_tokenizer_vocab_size. */
 size_t tok_n_tokens(const clef_tokenizer *tok);
 
