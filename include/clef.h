@@ -116,6 +116,10 @@ typedef struct clef_decide_options {
     clef_confidence_kind confidence;
     bool explain;                   /* add a "clef" object: ids, spans, logits      */
     const char *model_name;         /* name reported in "model"; NULL = model's     */
+    /* When n_accept_models > 0, a request naming any other model is refused
+     * with 400 "Unknown model: X" (a server's --strict-model). */
+    const char *const *accept_models;
+    size_t n_accept_models;
 } clef_decide_options;
 
 clef_decide_options clef_decide_default_options(void);
