@@ -101,11 +101,11 @@ static void add_tensor(gguf_writer *w, const mutation *mu, const char *name, con
     }
 }
 
-/* The tiny model rewritten with mu applied; returns the temp file path. */
-static char *write_variant(const mutation *mu, const char *file) {
+/* The model at src rewritten with mu applied; returns the temp file path. */
+static char *write_variant_of(const char *src, const mutation *mu, const char *file) {
     gguf_file *f;
     clef_error err = {0};
-    assert_int_equal(gguf_open(TINY, &f, &err), CLEF_OK);
+    assert_int_equal(gguf_open(src, &f, &err), CLEF_OK);
     gguf_writer *w = gguf_writer_new();
     for (uint64_t i = 0; i < gguf_kv_count(f); i++) {
         const gguf_kv *kv = gguf_kv_at(f, i);
@@ -133,6 +133,8 @@ static char *write_variant(const mutation *mu, const char *file) {
     gguf_close(f);
     return path;
 }
+
+static char *write_variant(const mutation *mu, const char *file) { return write_variant_of(TINY, mu, file); }
 
 /* Hidden states of the oracle prompt p3 on the model at path. */
 static float *run_p3(const char *path, int64_t *n_out, float **want) {
@@ -289,6 +291,49 @@ static void test_lookup_helpers(void **state) {
     clef_model_free(m);
 }
 
+static void add_pre_qwen35(gguf_writer *w) { gguf_writer_add_str(w, "tokenizer.ggml.pre", "qwen35"); }
+
+static int32_t *tokenize(const clef_tokenizer *tok, const char *text, size_t *n) {
+    int32_t *ids;
+    clef_error err = {0};
+    if (clef_tokenize(tok, text, strlen(text), true, &ids, n, &err) != CLEF_OK) fail_msg("tokenize: %s", err.message);
+    return ids;
+}
+
+/* A Clef file labelled pre = "qwen35" still splits with the Qwen2 regex
+ * (combining marks not absorbed into words); the same file read as a plain
+ * tokenizer follows its label, and the tiny vocabulary's mark merges then
+ * give other ids — so this test can tell the two apart. */
+static void test_clef_tokenizer_follows_checkpoint(void **state) {
+    (void)state;
+    const char *src = ORACLE_DIR "/clef-tiny/clef-tiny-a-F32.gguf";
+    const char *text = "marks kept apart by the Qwen2 regex: q\xcc\x81 \xe0\xa4\xb9\xe0\xa4\xbf\xe0\xa4\xa8"
+                       "\xe0\xa5\x8d\xe0\xa4\xa6\xe0\xa5\x80";
+    mutation mu = {.drop_keys = {"tokenizer.ggml.pre"}, .add_keys = add_pre_qwen35};
+    char *path = write_variant_of(src, &mu, "clef-pre-qwen35.gguf");
+    clef_model *orig, *relabelled;
+    clef_error err = {0};
+    assert_int_equal(clef_model_load(src, NULL, &orig, &err), CLEF_OK);
+    assert_int_equal(clef_model_load(path, NULL, &relabelled, &err), CLEF_OK);
+    clef_tokenizer *plain;
+    assert_int_equal(clef_tokenizer_load(path, &plain, &err), CLEF_OK);
+    size_t n1, n2, n3;
+    int32_t *a = tokenize(clef_model_tokenizer(orig), text, &n1);
+    int32_t *b = tokenize(clef_model_tokenizer(relabelled), text, &n2);
+    int32_t *c = tokenize(plain, text, &n3);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(a, b, n1 * sizeof *a);
+    assert_true(n3 != n1 || memcmp(a, c, n1 * sizeof *a) != 0);
+    printf("[qwen35 load] clef tokenizer: %zu ids (Qwen2 split), %zu when following pre=qwen35\n", n1, n3);
+    clef_free(a);
+    clef_free(b);
+    clef_free(c);
+    clef_tokenizer_free(plain);
+    clef_model_free(orig);
+    clef_model_free(relabelled);
+    free(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equivalent_layouts),
@@ -296,6 +341,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_wrong_layout),
         cmocka_unit_test(test_lookup_helpers),
+        cmocka_unit_test(test_clef_tokenizer_follows_checkpoint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

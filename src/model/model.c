@@ -177,6 +177,28 @@ static clef_status read_name(clef_model *m, const char *path, clef_error *err) {
     return CLEF_OK;
 }
 
+/* Does the file carry a decision head, in any of the known layouts
+ * (upstream `decision.*` tensors under arch clef; bobcat's and Ollama's
+ * `clef.*` head tensors under arch qwen35)? */
+static bool has_decision_head(const clef_model *m) {
+    if (!strcmp(m->arch, "clef")) return true;
+    for (uint64_t i = 0; i < gguf_tensor_count(m->gguf); i++) {
+        gguf_str n = gguf_tensor_at(m->gguf, i)->name;
+        if ((n.len > 9 && !memcmp(n.ptr, "decision.", 9)) || (n.len > 5 && !memcmp(n.ptr, "clef.", 5)))
+            return true;
+    }
+    return false;
+}
+
+/* A file without tokenizer metadata still runs from token ids.  Clef
+ * checkpoints split with the Qwen2 regex whatever tokenizer.ggml.pre says
+ * (llama.cpp's converter may write "qwen35"): spec clef-model.md §2. */
+static clef_status load_tokenizer(clef_model *m, clef_error *err) {
+    if (!gguf_find_kv(m->gguf, "tokenizer.ggml.model")) return CLEF_OK;
+    const tok_pre_kind qwen2 = TOK_PRE_QWEN2;
+    return tok_load_gguf_ex(m->gguf, has_decision_head(m) ? &qwen2 : NULL, &m->tokenizer, err);
+}
+
 clef_status clef_model_load(const char *path, const clef_model_params *params,
                             clef_model **out, clef_error *err) {
     if (!out) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "clef_model_load: out is NULL");
@@ -192,9 +214,7 @@ clef_status clef_model_load(const char *path, const clef_model_params *params,
     if (st == CLEF_OK) st = read_name(m, path, err);
     if (st == CLEF_OK) st = tp_create(params->n_threads, &m->pool, err);
     if (st == CLEF_OK) st = qwen35_load(m, m->arch, &m->backbone, err);
-    /* A file without tokenizer metadata still runs from token ids. */
-    if (st == CLEF_OK && gguf_find_kv(m->gguf, "tokenizer.ggml.model"))
-        st = tok_load_gguf(m->gguf, &m->tokenizer, err);
+    if (st == CLEF_OK) st = load_tokenizer(m, err);
     /* Decision head (arch clef): head_load(m->gguf, &m->head, err) goes
      * here, written by the head's owner (src/model/head.*). */
     if (st != CLEF_OK) {
