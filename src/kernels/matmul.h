@@ -34,7 +34,8 @@ typedef struct mm_weight {
 } mm_weight;
 
 /* Describe a stored [out][in] matrix.  Returns false (w untouched) when the
- * type cannot be computed with or `in` is not a multiple of its block. */
+ * type cannot be computed with or `in` is not a multiple of its block.
+ * F32 data is read in place and must be 4-byte aligned (GGUF data is). */
 bool mm_weight_init(mm_weight *w, uint32_t type, const void *data, int64_t in, int64_t out);
 
 /* Hot path.  y[T, w->out] = x[T, w->in] · Wᵀ.  Output rows are split across

@@ -69,6 +69,8 @@ clef_status model_matrix(const clef_model *m, const char *name, int64_t in, int6
     int64_t ne[2] = {in, out};
     clef_status st = model_tensor(m, name, 2, ne, &t, err);
     if (st != CLEF_OK) return st;
+    if (t->type == CLEF_DTYPE_F32 && (uintptr_t)t->data % sizeof(float))
+        return clef_err_set(err, CLEF_ERR_FORMAT, "tensor '%s': F32 data is not 4-byte aligned", name);
     if (!mm_weight_init(w, t->type, t->data, in, out))
         return clef_err_set(err, CLEF_ERR_UNSUPPORTED, "tensor '%s': type %s (%u) is not supported",
                             name, type_name(t->type), t->type);
