@@ -6,7 +6,9 @@
  * logits (and float64 softmax probabilities) are compared with the
  * reference's, for each of the three GGUF variants, with the README's
  * tolerances.  Then files with a head tensor or key removed or mis-shaped
- * (patched copies of the oracle bytes) must be refused, naming what is wrong.
+ * (patched copies of the oracle bytes) must be refused, naming what is wrong,
+ * and head tensors stored as BF16 / F16 / Q8_0 must load to exactly the f32
+ * values they encode.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,7 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "format/gguf.h"
+#include "format/gguf_write.h"
+#include "kernels/dequant.h"
 #include "model/head.h"
 #include "testutil.h"
 
@@ -410,6 +415,160 @@ static void test_bad_requests(void **state) {
     gguf_close(f);
 }
 
+
+/* ---- head tensors stored in other types ---- */
+
+static bool is_head_tensor(const gguf_tensor *t) {
+    const char *pre[] = {"decision.", "dec.blk.", "token_types."};
+    for (int i = 0; i < 3; i++)
+        if (t->name.len >= strlen(pre[i]) && memcmp(t->name.ptr, pre[i], strlen(pre[i])) == 0)
+            return true;
+    return false;
+}
+
+/* Encode vals[n] (a row length ne0) as `type`; exact[] receives the f32
+ * values the encoding stands for.  Q8_0 blocks are built here (d = amax/127
+ * rounded to f16, q = round(x/d)) so the test does not lean on a quantizer. */
+static void *encode_as(uint32_t type, const float *vals, int64_t n, float *exact, size_t *nbytes) {
+    if (type == CLEF_DTYPE_Q8_0) {
+        uint8_t *out = xmalloc((size_t)(n / 32) * 34);
+        for (int64_t b = 0; b < n / 32; b++) {
+            const float *x = vals + 32 * b;
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+            uint16_t dh = clef_f32_to_f16(amax / 127.0f);
+            float d = clef_f16_to_f32(dh);
+            uint8_t *blk = out + 34 * b;
+            memcpy(blk, &dh, 2);
+            for (int i = 0; i < 32; i++) {
+                long q = d > 0.0f ? lroundf(x[i] / d) : 0;
+                q = q > 127 ? 127 : q < -127 ? -127 : q;
+                blk[2 + i] = (uint8_t)(int8_t)q;
+                exact[32 * b + i] = d * (float)(int8_t)q;
+            }
+        }
+        *nbytes = (size_t)(n / 32) * 34;
+        return out;
+    }
+    uint16_t *out = xmalloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) {
+        out[i] = type == CLEF_DTYPE_BF16 ? clef_f32_to_bf16(vals[i]) : clef_f32_to_f16(vals[i]);
+        exact[i] = type == CLEF_DTYPE_BF16 ? clef_bf16_to_f32(out[i]) : clef_f16_to_f32(out[i]);
+    }
+    *nbytes = (size_t)n * 2;
+    return out;
+}
+
+/* Two files from the F32 oracle's head: `stored` with every head tensor in
+ * pick(tensor)'s type, `exact` with the f32 values those encodings decode to. */
+static void build_pair(const gguf_file *src, uint32_t (*pick)(const gguf_tensor *),
+                       void **stored, size_t *stored_len, void **exact, size_t *exact_len) {
+    gguf_writer *ws = gguf_writer_new(), *we = gguf_writer_new();
+    assert_true(ws && we);
+    gguf_writer *both[2] = {ws, we};
+    const char *counts[] = {"clef.decision.routing_block_count", "clef.decision.block_count",
+                            "clef.decision.head_count", "clef.embedding_length"};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 4; i++) {
+            uint32_t v = 0;
+            assert_true(gguf_get_u32(src, counts[i], &v));
+            gguf_writer_add_u32(both[k], counts[i], v);
+        }
+        float eps = 0.0f;
+        assert_true(gguf_get_f32(src, "clef.attention.layer_norm_epsilon", &eps));
+        gguf_writer_add_f32(both[k], "clef.attention.layer_norm_epsilon", eps);
+    }
+    for (uint64_t i = 0; i < gguf_tensor_count(src); i++) {
+        const gguf_tensor *t = gguf_tensor_at(src, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        const bool head = is_head_tensor(t);
+        if (!head && strcmp(name, "output.weight") != 0) continue;
+        assert_int_equal(t->type, CLEF_DTYPE_F32);
+        if (!head) {
+            for (int k = 0; k < 2; k++)
+                gguf_writer_add_tensor_ref(both[k], name, t->type, t->n_dims, t->ne, t->data,
+                                           t->nbytes);
+            continue;
+        }
+        const int64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        float *ex = xmalloc((size_t)n * sizeof *ex);
+        size_t nb = 0;
+        const uint32_t type = pick(t);
+        void *enc = encode_as(type, t->data, n, ex, &nb);
+        gguf_writer_add_tensor(ws, name, type, t->n_dims, t->ne, enc, nb);
+        gguf_writer_add_tensor(we, name, CLEF_DTYPE_F32, t->n_dims, t->ne, ex,
+                               (size_t)n * sizeof *ex);
+        free(enc);
+        free(ex);
+    }
+    clef_error err = {0};
+    if (gguf_writer_write_memory(ws, stored, stored_len, &err) != CLEF_OK ||
+        gguf_writer_write_memory(we, exact, exact_len, &err) != CLEF_OK)
+        fail_msg("building the re-typed head: %s", err.message);
+    gguf_writer_free(ws);
+    gguf_writer_free(we);
+}
+
+static uint32_t pick_bf16(const gguf_tensor *t) { (void)t; return CLEF_DTYPE_BF16; }
+
+/* Q8_0 where rows are whole blocks (the matrices), F16 for the rest. */
+static uint32_t pick_q8_0(const gguf_tensor *t) {
+    return t->ne[0] % 32 == 0 && t->n_dims == 2 && t->ne[1] > 1 ? CLEF_DTYPE_Q8_0 : CLEF_DTYPE_F16;
+}
+
+/* Logits of every oracle case for one in-memory file. */
+static float *score_buffer(const oracle *orc, const void *buf, size_t len, int total) {
+    gguf_file *f = NULL;
+    clef_error err = {0};
+    if (gguf_open_memory(buf, len, &f, &err) != CLEF_OK) fail_msg("%s", err.message);
+    head_model *h = NULL;
+    if (head_load(f, &h, &err) != CLEF_OK) fail_msg("%s", err.message);
+    head_rows rows;
+    assert_int_equal(head_rows_from_file(f, 64, &rows, &err), CLEF_OK);
+    float *lg = xmalloc((size_t)total * sizeof *lg);
+    int o = 0;
+    for (int i = 0; i < orc->n; i++) {
+        const oracle_case *c = &orc->cases[i];
+        if (head_score(h, &rows, c->hidden, c->ids, c->T, c->qs, c->nq, lg + o, &err) != CLEF_OK)
+            fail_msg("%s: %s", c->id, err.message);
+        o += c->no;
+    }
+    head_free(h);
+    gguf_close(f);
+    return lg;
+}
+
+static void test_head_stored_in_other_types(void **state) {
+    const oracle *orc = *state;
+    int total = 0;
+    for (int i = 0; i < orc->n; i++) total += orc->cases[i].no;
+    gguf_file *src = open_tiny("F32");
+    uint32_t (*picks[2])(const gguf_tensor *) = {pick_bf16, pick_q8_0};
+    const char *labels[2] = {"BF16", "Q8_0/F16"};
+    for (int k = 0; k < 2; k++) {
+        void *stored = NULL, *exact = NULL;
+        size_t stored_len = 0, exact_len = 0;
+        build_pair(src, picks[k], &stored, &stored_len, &exact, &exact_len);
+        float *a = score_buffer(orc, stored, stored_len, total);
+        float *b = score_buffer(orc, exact, exact_len, total);
+        /* the same f32 weights after load, so bit-identical logits */
+        assert_memory_equal(a, b, (size_t)total * sizeof *a);
+        double max_dl = 0.0;
+        for (int o = 0, i = 0; i < orc->n; i++)
+            for (int j = 0; j < orc->cases[i].no; j++, o++)
+                max_dl = fmax(max_dl, fabs(a[o] - orc->cases[i].logits[j]));
+        printf("[ head ] head stored %-10s       %d logits identical to its f32 decoding; "
+               "%.3e from the F32 oracle (information)\n", labels[k], total, max_dl);
+        assert_true(max_dl > 0.0); /* the tensors really were re-typed */
+        free(a);
+        free(b);
+        free(stored);
+        free(exact);
+    }
+    gguf_close(src);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32_file),
@@ -421,6 +580,7 @@ int main(void) {
         cmocka_unit_test(test_missing_key),
         cmocka_unit_test(test_rows_fallback_to_token_embd),
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_head_stored_in_other_types),
     };
     return cmocka_run_group_tests(tests, setup_oracle, teardown_oracle);
 }
