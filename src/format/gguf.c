@@ -128,7 +128,7 @@ const char *gguf_vtype_name(gguf_vtype t) {
 }
 
 /* Bytes of one fixed-size value, 0 for string/array/unknown. */
-static uint64_t vtype_size(uint32_t t) {
+uint64_t gguf_vtype_size(gguf_vtype t) {
     switch (t) {
     case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
     case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
@@ -203,7 +203,7 @@ static clef_status parse_array(cursor *c, gguf_kv *kv, uint64_t **str_off) {
     kv->arr_n = n;
     size_t start = c->pos;
     if (et != GGUF_VT_STRING) {
-        uint64_t es = vtype_size(et);
+        uint64_t es = gguf_vtype_size(et);
         if (n > cur_left(c) / es)
             return clef_err_set(c->err, CLEF_ERR_FORMAT,
                                 "key '%s': array of %llu %s values at byte %zu runs past the "
@@ -264,7 +264,7 @@ static clef_status parse_kv(cursor *c, gguf_kv *kv, uint64_t **str_off) {
             return clef_err_wrap(c->err, "key '%s'", show(kv->key, kb));
     } else {
         const uint8_t *p = NULL;
-        if ((st = cur_bytes(c, gguf_vtype_name(kv->type), vtype_size(t), &p)))
+        if ((st = cur_bytes(c, gguf_vtype_name(kv->type), gguf_vtype_size(t), &p)))
             return clef_err_wrap(c->err, "key '%s'", show(kv->key, kb));
         if ((st = check_fixed(c, kv->key, t, p, 1))) return st;
     }
@@ -605,7 +605,7 @@ typedef struct ival {
 
 static bool int_value(gguf_vtype t, const uint8_t *p, ival *v) {
     uint64_t raw = 0;
-    uint64_t sz = vtype_size(t);
+    uint64_t sz = gguf_vtype_size(t);
     for (uint64_t i = sz; i-- > 0;) raw = raw << 8 | p[i];
     int64_t s;
     switch (t) {
@@ -694,12 +694,12 @@ bool gguf_arr_str(const gguf_file *f, const gguf_kv *kv, uint64_t i, gguf_str *o
 
 bool gguf_arr_i64(const gguf_kv *kv, uint64_t i, int64_t *out) {
     if (!kv || kv->type != GGUF_VT_ARRAY || i >= kv->arr_n) return false;
-    uint64_t es = vtype_size(kv->arr_type);
+    uint64_t es = gguf_vtype_size(kv->arr_type);
     return es && to_i64(kv->arr_type, kv->data + i * es, out);
 }
 
 bool gguf_arr_f32(const gguf_kv *kv, uint64_t i, float *out) {
     if (!kv || kv->type != GGUF_VT_ARRAY || i >= kv->arr_n) return false;
-    uint64_t es = vtype_size(kv->arr_type);
+    uint64_t es = gguf_vtype_size(kv->arr_type);
     return es && to_f32(kv->arr_type, kv->data + i * es, out);
 }

@@ -98,5 +98,7 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 bool gguf_str_eq(gguf_str s, const char *cstr);
 
 const char *gguf_vtype_name(gguf_vtype t);
+/* Bytes of one fixed-size value (u8 .. f64, bool); 0 for string, array, unknown. */
+uint64_t gguf_vtype_size(gguf_vtype t);
 
 #endif
