@@ -8,6 +8,9 @@
  * 'x' overlaps 'y', ...).  Strings inside the file are not NUL-terminated:
  * they are (pointer, length) views into the mapping, valid until gguf_close().
  *
+ * A gguf_file is immutable once open, so lookups may run from several
+ * threads at once.  Arrays of arrays are refused (no model uses them).
+ *
  * Lookups by key are exact.  Typed getters convert between integer widths
  * when the value fits, and fail (returning false) when the key is missing or
  * the stored type cannot represent the request.
@@ -60,7 +63,9 @@ typedef struct gguf_file gguf_file;
 clef_status gguf_open(const char *path, gguf_file **out, clef_error *err);
 
 /* The same, over a caller-owned buffer (kept, not copied, until gguf_close):
- * the tests and fuzzers use it to parse files they build in memory. */
+ * the tests and fuzzers use it to parse files they build in memory.  Tensor
+ * data is aligned relative to the buffer start, so absolutely only as far as
+ * the buffer itself is aligned. */
 clef_status gguf_open_memory(const void *data, size_t size, gguf_file **out, clef_error *err);
 
 void gguf_close(gguf_file *f);
