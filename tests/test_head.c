@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "core/threadpool.h"
 #include "format/gguf.h"
 #include "format/gguf_write.h"
 #include "kernels/dequant.h"
@@ -75,12 +76,14 @@ static void parse_case(const json_t *j, int n_embd, oracle_case *c) {
         const json_t *row = json_array_get(hid, (size_t)t);
         assert_int_equal(json_array_size(row), (size_t)n_embd);
         for (int i = 0; i < n_embd; i++)
-            c->hidden[(size_t)t * n_embd + i] = (float)json_number_value(json_array_get(row, (size_t)i));
+            c->hidden[(size_t)t * n_embd + i] =
+                (float)json_number_value(json_array_get(row, (size_t)i));
     }
     c->nq = (int)json_array_size(qs);
     c->no = 0;
     for (int q = 0; q < c->nq; q++)
-        c->no += (int)json_array_size(json_object_get(json_array_get(qs, (size_t)q), "option_spans"));
+        c->no += (int)json_array_size(
+            json_object_get(json_array_get(qs, (size_t)q), "option_spans"));
     c->qs = xmalloc((size_t)c->nq * sizeof *c->qs);
     c->spans = xmalloc((size_t)c->no * sizeof *c->spans);
     c->logits = xmalloc((size_t)c->no * sizeof *c->logits);
@@ -517,8 +520,31 @@ static uint32_t pick_q8_0(const gguf_tensor *t) {
     return t->ne[0] % 32 == 0 && t->n_dims == 2 && t->ne[1] > 1 ? CLEF_DTYPE_Q8_0 : CLEF_DTYPE_F16;
 }
 
+static int total_options(const oracle *orc) {
+    int total = 0;
+    for (int i = 0; i < orc->n; i++) total += orc->cases[i].no;
+    return total;
+}
+
+/* Logits of every oracle case, concatenated (malloc'd). */
+static float *score_cases(const oracle *orc, const head_model *h, tp_pool *pool,
+                          const head_rows *rows) {
+    float *lg = xmalloc((size_t)total_options(orc) * sizeof *lg);
+    clef_error err = {0};
+    int o = 0;
+    for (int i = 0; i < orc->n; i++) {
+        const oracle_case *c = &orc->cases[i];
+        clef_status st =
+            head_score_pool(h, pool, rows, c->hidden, c->ids, c->T, c->qs, c->nq, lg + o, &err);
+        if (st != CLEF_OK)
+            fail_msg("%s: %s", c->id, err.message);
+        o += c->no;
+    }
+    return lg;
+}
+
 /* Logits of every oracle case for one in-memory file. */
-static float *score_buffer(const oracle *orc, const void *buf, size_t len, int total) {
+static float *score_buffer(const oracle *orc, const void *buf, size_t len) {
     gguf_file *f = NULL;
     clef_error err = {0};
     if (gguf_open_memory(buf, len, &f, &err) != CLEF_OK) fail_msg("%s", err.message);
@@ -526,23 +552,36 @@ static float *score_buffer(const oracle *orc, const void *buf, size_t len, int t
     if (head_load(f, &h, &err) != CLEF_OK) fail_msg("%s", err.message);
     head_rows rows;
     assert_int_equal(head_rows_from_file(f, 64, &rows, &err), CLEF_OK);
-    float *lg = xmalloc((size_t)total * sizeof *lg);
-    int o = 0;
-    for (int i = 0; i < orc->n; i++) {
-        const oracle_case *c = &orc->cases[i];
-        if (head_score(h, &rows, c->hidden, c->ids, c->T, c->qs, c->nq, lg + o, &err) != CLEF_OK)
-            fail_msg("%s: %s", c->id, err.message);
-        o += c->no;
-    }
+    float *lg = score_cases(orc, h, NULL, &rows);
     head_free(h);
     gguf_close(f);
     return lg;
 }
 
+/* A thread pool shares out the products without changing a bit. */
+static void test_pool_gives_same_logits(void **state) {
+    const oracle *orc = *state;
+    gguf_file *f = open_tiny("F32");
+    head_model *h = NULL;
+    clef_error err = {0};
+    assert_int_equal(head_load(f, &h, &err), CLEF_OK);
+    head_rows rows;
+    assert_int_equal(head_rows_from_file(f, 64, &rows, &err), CLEF_OK);
+    tp_pool *pool = NULL;
+    assert_int_equal(tp_create(3, &pool, &err), CLEF_OK);
+    float *a = score_cases(orc, h, NULL, &rows);
+    float *b = score_cases(orc, h, pool, &rows);
+    assert_memory_equal(a, b, (size_t)total_options(orc) * sizeof *a);
+    free(a);
+    free(b);
+    tp_free(pool);
+    head_free(h);
+    gguf_close(f);
+}
+
 static void test_head_stored_in_other_types(void **state) {
     const oracle *orc = *state;
-    int total = 0;
-    for (int i = 0; i < orc->n; i++) total += orc->cases[i].no;
+    const int total = total_options(orc);
     gguf_file *src = open_tiny("F32");
     uint32_t (*picks[2])(const gguf_tensor *) = {pick_bf16, pick_q8_0};
     const char *labels[2] = {"BF16", "Q8_0/F16"};
@@ -550,8 +589,8 @@ static void test_head_stored_in_other_types(void **state) {
         void *stored = NULL, *exact = NULL;
         size_t stored_len = 0, exact_len = 0;
         build_pair(src, picks[k], &stored, &stored_len, &exact, &exact_len);
-        float *a = score_buffer(orc, stored, stored_len, total);
-        float *b = score_buffer(orc, exact, exact_len, total);
+        float *a = score_buffer(orc, stored, stored_len);
+        float *b = score_buffer(orc, exact, exact_len);
         /* the same f32 weights after load, so bit-identical logits */
         assert_memory_equal(a, b, (size_t)total * sizeof *a);
         double max_dl = 0.0;
@@ -581,6 +620,7 @@ int main(void) {
         cmocka_unit_test(test_rows_fallback_to_token_embd),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_head_stored_in_other_types),
+        cmocka_unit_test(test_pool_gives_same_logits),
     };
     return cmocka_run_group_tests(tests, setup_oracle, teardown_oracle);
 }

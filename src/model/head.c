@@ -21,6 +21,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/threadpool.h"
 #include "kernels/dequant.h"
 
 /* LayerNorm parameters, [n] each. */
@@ -222,7 +223,8 @@ static clef_status load_hparams(const gguf_file *f, head_hparams *hp, clef_error
                             "'clef.attention.layer_norm_epsilon' is not a float");
     const char *anchor = "decision.proj_memory.weight";
     const gguf_tensor *pm = gguf_find_tensor(f, anchor);
-    if (!pm) return clef_err_set(err, CLEF_ERR_FORMAT, "decision head: tensor '%s' missing", anchor);
+    if (!pm)
+        return clef_err_set(err, CLEF_ERR_FORMAT, "decision head: tensor '%s' missing", anchor);
     if (pm->n_dims != 2 || pm->ne[0] <= 0 || pm->ne[1] <= 0 || pm->ne[0] > (1 << 20) ||
         pm->ne[1] > (1 << 20))
         return clef_err_set(err, CLEF_ERR_FORMAT, "decision head: tensor '%s' is not a 2-D "
@@ -241,7 +243,8 @@ static clef_status load_hparams(const gguf_file *f, head_hparams *hp, clef_error
         char name[64];
         snprintf(name, sizeof name, "dec.blk.0.ffn_up.weight");
         const gguf_tensor *up = gguf_find_tensor(f, name);
-        if (!up) return clef_err_set(err, CLEF_ERR_FORMAT, "decision head: tensor '%s' missing", name);
+        if (!up)
+            return clef_err_set(err, CLEF_ERR_FORMAT, "decision head: tensor '%s' missing", name);
         if (up->ne[1] <= 0 || up->ne[1] > (1 << 20))
             return clef_err_set(err, CLEF_ERR_FORMAT, "decision head: tensor '%s' has a bad "
                                 "feed-forward width", name);
@@ -409,19 +412,46 @@ static float dot(const float *a, const float *b, int n) {
     return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
 }
 
-/* y[n][out] = x[n][in] · w[out][in]ᵀ (+ b[out] when b).  Tokens go in
- * blocks so that each weight row is reused from cache across the block. */
-static void linear(const float *x, int n, int in, const float *w, const float *b, int out,
-                   float *y) {
+/* One product y[n][out] = x[n][in] · w[out][in]ᵀ (+ b[out] when b). */
+typedef struct linear_job {
+    const float *x, *w, *b;
+    float *y;
+    int n, in, out;
+} linear_job;
+
+/* Outputs [o0, o1) of a job.  Tokens go in blocks so that each weight row
+ * is reused from cache across the block. */
+static void linear_part(const linear_job *j, int o0, int o1) {
     enum { BLOCK = 16 };
-    for (int t0 = 0; t0 < n; t0 += BLOCK) {
-        int t1 = t0 + BLOCK < n ? t0 + BLOCK : n;
-        for (int o = 0; o < out; o++) {
-            const float *wr = w + (size_t)o * in;
-            float bo = b ? b[o] : 0.0f;
-            for (int t = t0; t < t1; t++) y[(size_t)t * out + o] = dot(x + (size_t)t * in, wr, in) + bo;
+    for (int t0 = 0; t0 < j->n; t0 += BLOCK) {
+        int t1 = t0 + BLOCK < j->n ? t0 + BLOCK : j->n;
+        for (int o = o0; o < o1; o++) {
+            const float *wr = j->w + (size_t)o * j->in;
+            const float bo = j->b ? j->b[o] : 0.0f;
+            for (int t = t0; t < t1; t++)
+                j->y[(size_t)t * j->out + o] = dot(j->x + (size_t)t * j->in, wr, j->in) + bo;
         }
     }
+}
+
+static void linear_task(void *ctx, int ith, int nth) {
+    const linear_job *j = ctx;
+    int64_t o0, o1;
+    tp_split(j->out, 1, ith, nth, &o0, &o1);
+    linear_part(j, (int)o0, (int)o1);
+}
+
+/* y[n][out] = x[n][in] · w[out][in]ᵀ (+ b).  Output features are shared
+ * out over the pool (NULL: this thread) when the product is big enough to
+ * pay for the hand-off; every output is the same dot either way, so the
+ * result does not depend on the thread count. */
+static void linear(tp_pool *pool, const float *x, int n, int in, const float *w, const float *b,
+                   int out, float *y) {
+    linear_job j = {.x = x, .w = w, .b = b, .y = y, .n = n, .in = in, .out = out};
+    if (pool && tp_size(pool) > 1 && (double)n * in * out >= (double)(1 << 16))
+        tp_run(pool, linear_task, &j);
+    else
+        linear_part(&j, 0, out);
 }
 
 /* LayerNorm with bias over rows of n; statistics in double. y may equal x. */
@@ -434,7 +464,8 @@ static void layer_norm(const float *x, int rows, int n, const head_norm *nm, flo
         mean /= n;
         for (int i = 0; i < n; i++) var += ((double)xr[i] - mean) * ((double)xr[i] - mean);
         double inv = 1.0 / sqrt(var / n + eps);
-        for (int i = 0; i < n; i++) yr[i] = (float)(((double)xr[i] - mean) * inv) * nm->w[i] + nm->b[i];
+        for (int i = 0; i < n; i++)
+            yr[i] = (float)(((double)xr[i] - mean) * inv) * nm->w[i] + nm->b[i];
     }
 }
 
@@ -447,6 +478,7 @@ static void add_to(float *y, const float *x, size_t n) {
 
 /* Scratch shared by the attention and FFN helpers. */
 typedef struct head_work {
+    tp_pool *pool;  /* may be NULL       */
     float *q;       /* [n_query_max][W] */
     float *k;       /* [n_kv_max][W]    */
     float *v;       /* [n_kv_max][W]    */
@@ -462,9 +494,9 @@ static void mha(const head_attn *a, const float *q_in, int nq, const float *kv_i
                 int heads, head_work *w, float *out) {
     const int dh = W / heads;
     const float scale = 1.0f / sqrtf((float)dh);
-    linear(q_in, nq, W, a->wq, a->bq, W, w->q);
-    linear(kv_in, nk, W, a->wk, a->bk, W, w->k);
-    linear(kv_in, nk, W, a->wv, a->bv, W, w->v);
+    linear(w->pool, q_in, nq, W, a->wq, a->bq, W, w->q);
+    linear(w->pool, kv_in, nk, W, a->wk, a->bk, W, w->k);
+    linear(w->pool, kv_in, nk, W, a->wv, a->bv, W, w->v);
     for (int i = 0; i < nq; i++) {
         for (int hd = 0; hd < heads; hd++) {
             const float *qi = w->q + (size_t)i * W + hd * dh;
@@ -487,16 +519,16 @@ static void mha(const head_attn *a, const float *q_in, int nq, const float *kv_i
             }
         }
     }
-    linear(w->ctx, nq, W, a->wo, a->bo, W, out);
+    linear(w->pool, w->ctx, nq, W, a->wo, a->bo, W, out);
 }
 
 /* x[n][W] += FFN(ffn_norm(x)): W -> F, GELU, F -> W. */
 static void ffn_residual(const head_layer *l, float *x, int n, int W, int F, float eps,
                          head_work *w) {
     layer_norm(x, n, W, &l->ffn_norm, eps, w->norm);
-    linear(w->norm, n, W, l->ffn_up, l->ffn_up_b, F, w->ff);
+    linear(w->pool, w->norm, n, W, l->ffn_up, l->ffn_up_b, F, w->ff);
     for (size_t i = 0; i < (size_t)n * F; i++) w->ff[i] = gelu(w->ff[i]);
-    linear(w->ff, n, F, l->ffn_down, l->ffn_down_b, W, w->tmp);
+    linear(w->pool, w->ff, n, F, l->ffn_down, l->ffn_down_b, W, w->tmp);
     add_to(x, w->tmp, (size_t)n * W);
 }
 
@@ -605,7 +637,7 @@ static void build_memory(const head_model *h, const float *hidden, int T, head_s
     for (int t0 = 0; t0 < T; t0 += HEAD_TOKEN_BLOCK) {
         int n = T - t0 < HEAD_TOKEN_BLOCK ? T - t0 : HEAD_TOKEN_BLOCK;
         layer_norm(hidden + (size_t)t0 * E, n, E, &h->hidden_norm, h->hp.norm_eps, s->xblk);
-        linear(s->xblk, n, E, h->proj_memory, NULL, W, s->memory + (size_t)t0 * W);
+        linear(s->w.pool, s->xblk, n, E, h->proj_memory, NULL, W, s->memory + (size_t)t0 * W);
     }
 }
 
@@ -648,15 +680,16 @@ static clef_status pool_inputs(const head_model *h, const head_rows *rows, const
         span_mean(h, hidden, qs[q].span, s, s->qv + (size_t)q * E);
         for (int k = 0; k < qs[q].n_options; k++, o++) {
             span_mean(h, hidden, qs[q].options[k], s, s->ctxo + (size_t)o * E);
-            clef_status st = lexical_mean(h, rows, ids, qs[q].options[k], s, s->lex + (size_t)o * E, err);
+            clef_status st =
+                lexical_mean(h, rows, ids, qs[q].options[k], s, s->lex + (size_t)o * E, err);
             if (st) return st;
         }
     }
     const int no = o;
-    linear(s->ctxo, no, E, h->proj_option_context, NULL, W, s->opt);
-    linear(s->lex, no, E, h->proj_option_lexical, NULL, W, s->attn);
+    linear(s->w.pool, s->ctxo, no, E, h->proj_option_context, NULL, W, s->opt);
+    linear(s->w.pool, s->lex, no, E, h->proj_option_lexical, NULL, W, s->attn);
     add_to(s->opt, s->attn, (size_t)no * W);
-    linear(s->qv, nq, E, h->proj_option_question, NULL, W, s->attn);
+    linear(s->w.pool, s->qv, nq, E, h->proj_option_question, NULL, W, s->attn);
     o = 0;
     for (int q = 0; q < nq; q++)
         for (int k = 0; k < qs[q].n_options; k++, o++)
@@ -683,7 +716,7 @@ static void route_options(const head_model *h, int T, int no, head_scratch *s) {
  *       + proj_global(g) + type_embedding[t_q]. */
 static void build_fields(const head_model *h, const head_question *qs, int nq, head_scratch *s) {
     const int E = h->hp.n_embd, W = h->hp.width;
-    linear(s->qv, nq, E, h->proj_question, NULL, W, s->base);
+    linear(s->w.pool, s->qv, nq, E, h->proj_question, NULL, W, s->base);
     const float scale = 1.0f / sqrtf((float)W);
     int o0 = 0;
     for (int q = 0; q < nq; q++) {
@@ -706,7 +739,7 @@ static void build_fields(const head_model *h, const head_question *qs, int nq, h
         o0 += n;
     }
     layer_norm(s->fld, nq, W, &h->option_summary_norm, h->hp.norm_eps, s->fld);
-    linear(s->g, 1, E, h->proj_global, NULL, W, s->sc);
+    linear(s->w.pool, s->g, 1, E, h->proj_global, NULL, W, s->sc);
     for (int q = 0; q < nq; q++) {
         float *f = s->fld + (size_t)q * W;
         add_to(f, s->base + (size_t)q * W, (size_t)W);
@@ -769,7 +802,7 @@ static void option_logits(const head_model *h, const head_question *qs, int nq, 
                 s->feat[2 * W + i] = f[i] * op[i];
                 s->feat[3 * W + i] = fabsf(f[i] - op[i]);
             }
-            linear(s->feat, 1, 4 * W, h->scorer, h->scorer_b, W, s->sc);
+            linear(s->w.pool, s->feat, 1, 4 * W, h->scorer, h->scorer_b, W, s->sc);
             for (int i = 0; i < W; i++) s->sc[i] = gelu(s->sc[i]);
             const double residual = dot(s->sc, h->scorer_out, W) + h->scorer_out_b[0];
             logits[o] = (float)(prior + s_g * (s_j * cosine + residual));
@@ -780,6 +813,13 @@ static void option_logits(const head_model *h, const head_question *qs, int nq, 
 clef_status head_score(const head_model *h, const head_rows *rows, const float *hidden,
                        const int32_t *ids, int T, const head_question *qs, int n_questions,
                        float *logits, clef_error *err) {
+    return head_score_pool(h, NULL, rows, hidden, ids, T, qs, n_questions, logits, err);
+}
+
+clef_status head_score_pool(const head_model *h, tp_pool *pool, const head_rows *rows,
+                            const float *hidden, const int32_t *ids, int T,
+                            const head_question *qs, int n_questions, float *logits,
+                            clef_error *err) {
     if (rows->row_len != h->hp.n_embd)
         return clef_err_set(err, CLEF_ERR_INVALID_ARG, "decision head: LM-head rows have %lld "
                             "elements, the head reads %d", (long long)rows->row_len, h->hp.n_embd);
@@ -791,6 +831,7 @@ clef_status head_score(const head_model *h, const head_rows *rows, const float *
     float *arena = scratch_alloc(&s, T, hp->n_embd, hp->width, hp->n_ff, n_questions, no);
     if (!arena)
         return clef_err_set(err, CLEF_ERR_NOMEM, "decision head: no memory for %d tokens", T);
+    s.w.pool = pool;
 
     build_memory(h, hidden, T, &s);
     st = pool_inputs(h, rows, hidden, ids, T, qs, n_questions, &s, err);

@@ -19,7 +19,8 @@
  * mapping, so it is valid only while that file stays open.
  *
  * Threads: a loaded head_model is read-only; head_score may run on several
- * threads at once with the same head (it allocates its own scratch).
+ * threads at once with the same head (it allocates its own scratch; a shared
+ * pool serialises their jobs, see core/threadpool.h).
  */
 #ifndef CLEF_MODEL_HEAD_H
 #define CLEF_MODEL_HEAD_H
@@ -27,6 +28,7 @@
 #include <stdint.h>
 
 #include "clef.h"
+#include "core/threadpool.h"
 #include "format/gguf.h"
 
 typedef struct head_model head_model;
@@ -107,5 +109,14 @@ int head_count_options(const head_question *qs, int n_questions);
 clef_status head_score(const head_model *h, const head_rows *rows, const float *hidden,
                        const int32_t *ids, int T, const head_question *qs, int n_questions,
                        float *logits, clef_error *err);
+
+/* head_score with the large products (the [T]-row memory projection, the
+ * attention K/V over the prompt) shared out over pool (NULL: this thread).
+ * Every output is the same dot either way: the logits do not depend on the
+ * pool's size.  head_score is this with a NULL pool. */
+clef_status head_score_pool(const head_model *h, tp_pool *pool, const head_rows *rows,
+                            const float *hidden, const int32_t *ids, int T,
+                            const head_question *qs, int n_questions, float *logits,
+                            clef_error *err);
 
 #endif
