@@ -8,6 +8,7 @@
  * decision head.  Any failure frees what was built.
  */
 #include "model/model.h"
+#include "model/head.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -217,8 +218,8 @@ clef_status clef_model_load(const char *path, const clef_model_params *params,
     if (st == CLEF_OK) st = tp_create(params->n_threads, &m->pool, err);
     if (st == CLEF_OK) st = qwen35_load(m, m->arch, &m->backbone, err);
     if (st == CLEF_OK) st = load_tokenizer(m, err);
-    /* Decision head (arch clef): head_load(m->gguf, &m->head, err) goes
-     * here, written by the head's owner (src/model/head.*). */
+    /* The decision head: every clef file has one, a qwen35 file none. */
+    if (st == CLEF_OK && !strcmp(m->arch, "clef")) st = head_load(m->gguf, &m->head, err);
     if (st != CLEF_OK) {
         clef_err_wrap(err, "%s", path);
         clef_model_free(m);
@@ -230,7 +231,7 @@ clef_status clef_model_load(const char *path, const clef_model_params *params,
 
 void clef_model_free(clef_model *m) {
     if (!m) return;
-    /* head_free(m->head) goes here with the head. */
+    head_free(m->head);
     clef_tokenizer_free(m->tokenizer);
     qwen35_free(&m->backbone);
     tp_free(m->pool);
