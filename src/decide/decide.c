@@ -70,7 +70,8 @@ static bool model_is_accepted(const char *name, void *user) {
     return false;
 }
 
-/* The token budget: the request's (or 16384), never past the model's context. */
+/* The token budget: the caller's (checked against the context), or 16384
+ * capped at the model's context. */
 static size_t token_budget(const clef_model *m, const clef_decide_options *o) {
     size_t budget = o->max_length > 0 ? (size_t)o->max_length : ENC_DEFAULT_MAX_LENGTH;
     int n_ctx = clef_model_n_ctx(m);
@@ -198,6 +199,11 @@ clef_status clef_decide(clef_model *m, const char *json, size_t len,
                             clef_model_name(m));
     clef_decide_options defaults = clef_decide_default_options();
     const clef_decide_options *o = options ? options : &defaults;
+    int n_ctx = clef_model_n_ctx(m);
+    if (o->max_length < 0 || (n_ctx > 0 && o->max_length > n_ctx))
+        return clef_err_set(err, CLEF_ERR_INVALID_ARG,
+                            "max_length %d is outside 1..%d (the model's context length)",
+                            o->max_length, n_ctx);
 
     double t = now_ms();
     accept_list accept = {o};
