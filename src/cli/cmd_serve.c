@@ -1,11 +1,354 @@
-/* cli/cmd_serve.c — `clef serve` (not written yet). */
+/*
+ * cli/cmd_serve.c — `clef serve`: load a model, serve System One over HTTP
+ * (server/server.h) until SIGTERM or SIGINT, then drain and exit 0.
+ *
+ * Flags follow llama.cpp's server where they mean the same thing (-m, -a,
+ * --host, --port, -t, -np/--parallel, -c, --api-key, --api-key-file,
+ * --threads-http, --timeout).  This file wires clef_decide into the server;
+ * the server itself never sees the model.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
+#include "clef.h"
 #include "cli/commands.h"
+#include "core/error.h"
+#include "server/server.h"
+
+/* TEMPORARY (until the decision pipeline lands in libclef): weak references
+ * keep the `clef` binary linking while src/model and src/decide are being
+ * written; cmd_serve refuses to start when they are missing.  Remove this
+ * block once clef_decide and clef_model_load are defined. */
+#pragma weak clef_model_default_params
+#pragma weak clef_model_load
+#pragma weak clef_model_free
+#pragma weak clef_model_name
+#pragma weak clef_model_arch
+#pragma weak clef_decide_default_options
+#pragma weak clef_decide
+#pragma weak clef_decide_result_free
+
+static bool pipeline_linked(void) {
+    return clef_model_default_params && clef_model_load && clef_model_free && clef_model_name &&
+           clef_model_arch && clef_decide_default_options && clef_decide && clef_decide_result_free;
+}
+
+static void usage(FILE *out) {
+    srv_config d = srv_default_config();
+    fprintf(out,
+        "usage: clef serve -m MODEL [options]\n"
+        "\n"
+        "Serve the System One API (POST /v1/systemone, GET /v1/models) plus GET /healthz\n"
+        "and GET /metrics (Prometheus).  Runs until SIGTERM/SIGINT, then stops accepting\n"
+        "connections, answers the requests it already has and exits 0 (a second signal\n"
+        "quits at once).\n"
+        "\n"
+        "model:\n"
+        "  -m, --model PATH          GGUF model, arch clef or qwen35 (required)\n"
+        "  -a, --alias NAME[,NAME]   model name(s) listed by /v1/models; the first is reported\n"
+        "                            in every answer's \"model\" (default: the model's name)\n"
+        "      --description TEXT    description in /v1/models (default: arch and file name)\n"
+        "      --release-date DATE   release_date in /v1/models, YYYY-MM-DD\n"
+        "                            (default: the file's modification date, UTC)\n"
+        "      --strict-model        answer 400 \"Unknown model: X\" to a request whose \"model\"\n"
+        "                            is not one of those names (default: the loaded model\n"
+        "                            answers whatever is asked for)\n"
+        "  -c, --ctx-size N          token budget per request; 0 = 16384 capped at the\n"
+        "                            model's context (default 0)\n"
+        "      --confidence KIND     typesafe | reference (default typesafe)\n"
+        "      --explain             add the \"clef\" explanation object to answers\n"
+        "\n"
+        "network:\n"
+        "      --host HOST           address to bind (default %s)\n"
+        "      --port N              TCP port, 0 = any free one (default %d); the bound\n"
+        "                            address is printed on stderr: \"listening on http://H:P\"\n"
+        "      --api-key KEY[,KEY]   require \"Authorization: Bearer KEY\" on /v1/ routes;\n"
+        "                            repeatable (default: no key, everyone is served)\n"
+        "      --api-key-file FILE   read keys from FILE, one per line\n"
+        "      --max-body BYTES      largest request body, K/M suffixes allowed; larger → 413\n"
+        "                            (default %zu)\n"
+        "      --timeout S           idle connection timeout in seconds, 0 = none (default %d)\n"
+        "      --max-connections N   open connections at once (default %d)\n"
+        "      --threads-http N      HTTP I/O threads (default %d)\n"
+        "\n"
+        "compute:\n"
+        "  -t, --threads N           compute threads of the model, 0 = all cores (default 0)\n"
+        "  -np, --parallel N         decision workers, i.e. requests computed at once\n"
+        "                            (default %d; --workers is the same flag)\n"
+        "      --queue N             requests that may wait beyond the workers; when all are\n"
+        "                            taken the answer is 529 with retry-after (default %d)\n"
+        "      --drain-timeout S     longest wait for requests on shutdown (default %g)\n"
+        "\n"
+        "  -v, --verbose             log one line per request on stderr\n"
+        "  -h, --help                this text\n",
+        d.host, d.port, d.max_body, d.timeout_s, d.max_connections, d.http_threads, d.workers,
+        d.queue, d.drain_timeout_s);
+}
+
+typedef struct serve_args {
+    const char *model_path, *alias, *description, *release_date, *host, *confidence;
+    const char *key_files[16];
+    size_t n_key_files;
+    srv_keys keys;
+    int port, threads, workers, queue, http_threads, ctx_size, timeout_s, max_connections;
+    size_t max_body;
+    double drain_timeout_s;
+    bool strict_model, explain, verbose;
+} serve_args;
+
+static bool parse_int(const char *flag, const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "clef serve: %s expects an integer in [%d, %d], got '%s'\n", flag, lo, hi, s);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+static bool parse_size(const char *flag, const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    unsigned long long mul = 1;
+    if (*end == 'k' || *end == 'K') mul = 1024, end++;
+    else if (*end == 'm' || *end == 'M') mul = 1024 * 1024, end++;
+    if (errno || end == s || *end || s[0] == '-' || v == 0 || v > (1ull << 40) / mul) {
+        fprintf(stderr, "clef serve: %s expects a positive byte count (K/M allowed), got '%s'\n", flag, s);
+        return false;
+    }
+    *out = (size_t)(v * mul);
+    return true;
+}
+
+static bool parse_seconds(const char *flag, const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0) || v > 86400) {
+        fprintf(stderr, "clef serve: %s expects seconds in [0, 86400], got '%s'\n", flag, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool flag_is(const char *f, const char *name, const char *alt) {
+    return !strcmp(f, name) || (alt && !strcmp(f, alt));
+}
+
+/* Returns 0 to go on, else the exit status (0 after --help). */
+static int parse_args(int argc, char **argv, serve_args *a) {
+    srv_config d = srv_default_config();
+    *a = (serve_args){.host = d.host, .port = d.port, .workers = d.workers, .queue = d.queue,
+                      .http_threads = d.http_threads, .timeout_s = d.timeout_s,
+                      .max_connections = d.max_connections, .max_body = d.max_body,
+                      .drain_timeout_s = d.drain_timeout_s, .confidence = "typesafe"};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+#define IS(a_, b_) flag_is(f, a_, b_)
+        if (IS("-h", "--help")) { usage(stdout); return -1; }
+        if (IS("--strict-model", NULL)) { a->strict_model = true; continue; }
+        if (IS("--explain", NULL)) { a->explain = true; continue; }
+        if (IS("-v", "--verbose")) { a->verbose = true; continue; }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "clef serve: unknown flag or missing value: '%s' (see --help)\n", f);
+            return 2;
+        }
+        const char *v = argv[++i];
+        bool ok = true;
+        clef_error err;
+        if (IS("-m", "--model")) a->model_path = v;
+        else if (IS("-a", "--alias")) a->alias = v;
+        else if (IS("--description", NULL)) a->description = v;
+        else if (IS("--release-date", NULL)) a->release_date = v;
+        else if (IS("--host", NULL)) a->host = v;
+        else if (IS("--confidence", NULL)) a->confidence = v;
+        else if (IS("--port", NULL)) ok = parse_int(f, v, 0, 65535, &a->port);
+        else if (IS("-t", "--threads")) ok = parse_int(f, v, 0, 4096, &a->threads);
+        else if (IS("-np", "--parallel") || IS("--workers", NULL)) ok = parse_int(f, v, 1, 1024, &a->workers);
+        else if (IS("--queue", NULL)) ok = parse_int(f, v, 0, 1 << 20, &a->queue);
+        else if (IS("--threads-http", NULL)) ok = parse_int(f, v, 1, 1024, &a->http_threads);
+        else if (IS("-c", "--ctx-size")) ok = parse_int(f, v, 0, INT_MAX, &a->ctx_size);
+        else if (IS("--timeout", NULL)) ok = parse_int(f, v, 0, 86400, &a->timeout_s);
+        else if (IS("--max-connections", NULL)) ok = parse_int(f, v, 1, 1 << 20, &a->max_connections);
+        else if (IS("--max-body", NULL)) ok = parse_size(f, v, &a->max_body);
+        else if (IS("--drain-timeout", NULL)) ok = parse_seconds(f, v, &a->drain_timeout_s);
+        else if (IS("--api-key", NULL)) {
+            if (srv_keys_add_list(&a->keys, v, &err) != CLEF_OK) {
+                fprintf(stderr, "clef serve: %s\n", err.message);
+                ok = false;
+            }
+        } else if (IS("--api-key-file", NULL)) {
+            if (a->n_key_files == sizeof a->key_files / sizeof a->key_files[0]) {
+                fprintf(stderr, "clef serve: too many --api-key-file flags\n");
+                ok = false;
+            } else {
+                a->key_files[a->n_key_files++] = v;
+            }
+        } else {
+            fprintf(stderr, "clef serve: unknown flag '%s' (see --help)\n", f);
+            return 2;
+        }
+#undef IS
+        if (!ok) return 2;
+    }
+    if (!a->model_path) {
+        fprintf(stderr, "clef serve: -m MODEL is required (see --help)\n");
+        return 2;
+    }
+    if (strcmp(a->confidence, "typesafe") && strcmp(a->confidence, "reference")) {
+        fprintf(stderr, "clef serve: --confidence must be typesafe or reference, got '%s'\n", a->confidence);
+        return 2;
+    }
+    for (size_t k = 0; k < a->n_key_files; k++) {
+        clef_error err;
+        if (srv_keys_load_file(&a->keys, a->key_files[k], &err) != CLEF_OK) {
+            fprintf(stderr, "clef serve: %s\n", err.message);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* The model file's modification date (UTC), as /v1/models' release_date. */
+static void file_date(const char *path, char out[16]) {
+    struct stat st;
+    struct tm tm;
+    time_t t = stat(path, &st) == 0 ? st.st_mtime : time(NULL);
+    if (!gmtime_r(&t, &tm) || !strftime(out, 16, "%Y-%m-%d", &tm)) strcpy(out, "1970-01-01");
+}
+
+/* Split a comma-separated alias list in place. */
+static size_t split_names(char *list, const char **names, size_t max) {
+    size_t n = 0;
+    for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok && n < max;
+         tok = strtok_r(NULL, ",", &save))
+        names[n++] = tok;
+    return n;
+}
+
+/* srv_backend over the public API. */
+static clef_status backend_decide(void *ctx, const char *json, size_t len,
+                                  const clef_decide_options *options, clef_decide_result *result,
+                                  clef_error *err) {
+    return clef_decide(ctx, json, len, options, result, err);
+}
+
+static void backend_result_free(void *ctx, clef_decide_result *result) {
+    (void)ctx;
+    clef_decide_result_free(result);
+}
+
+/* Serve until the first SIGTERM/SIGINT (blocked in every thread, taken here
+ * with sigwait), then drain. */
+static int serve(const serve_args *a, clef_model *model, srv_config *cfg) {
+    srv_backend backend = {model, backend_decide, backend_result_free};
+    srv_server *srv = NULL;
+    clef_error err;
+    if (srv_start(cfg, &backend, &srv, &err) != CLEF_OK) {
+        fprintf(stderr, "clef serve: %s\n", err.message);
+        return 1;
+    }
+    fprintf(stderr, "clef serve: model '%s' (%s) from %s\n", cfg->model_names[0],
+            clef_model_arch(model), a->model_path);
+    fprintf(stderr, "clef serve: listening on http://%s:%d (%d decision worker%s, queue %d, %s)\n",
+            a->host, srv_port(srv), a->workers, a->workers == 1 ? "" : "s", a->queue,
+            a->keys.n ? "API keys required" : "no API key");
+    fflush(stderr);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "clef serve: %s: draining (signal again to quit at once)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM");
+    fflush(stderr);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);   /* a second signal now ends the process */
+    bool drained = srv_shutdown(srv);
+    srv_free(srv);
+    if (!drained) fprintf(stderr, "clef serve: drain timed out; waiting requests were dropped\n");
+    fprintf(stderr, "clef serve: stopped\n");
+    return drained ? 0 : 1;
+}
+
+static int run(serve_args *a) {
+    if (!pipeline_linked()) {
+        fprintf(stderr, "clef serve: this build has no decision pipeline (clef_decide / "
+                        "clef_model_load are not linked in)\n");
+        return 1;
+    }
+    /* Before any thread exists, so that every thread inherits the mask. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    clef_model_params mp = clef_model_default_params();
+    mp.n_threads = a->threads;
+    clef_model *model = NULL;
+    clef_error err;
+    if (clef_model_load(a->model_path, &mp, &model, &err) != CLEF_OK) {
+        fprintf(stderr, "clef serve: %s\n", err.message);
+        return 1;
+    }
+    char *aliases = strdup(a->alias ? a->alias : clef_model_name(model));
+    const char *names[32];
+    size_t n_names = aliases ? split_names(aliases, names, 32) : 0;
+    char date[16], desc[512];
+    file_date(a->model_path, date);
+    const char *base = strrchr(a->model_path, '/');
+    snprintf(desc, sizeof desc, "%s decision model served by clef from %s", clef_model_arch(model),
+             base ? base + 1 : a->model_path);
+
+    srv_config cfg = srv_default_config();
+    cfg.host = a->host;
+    cfg.port = a->port;
+    cfg.http_threads = a->http_threads;
+    cfg.workers = a->workers;
+    cfg.queue = a->queue;
+    cfg.max_body = a->max_body;
+    cfg.timeout_s = a->timeout_s;
+    cfg.max_connections = a->max_connections;
+    cfg.drain_timeout_s = a->drain_timeout_s;
+    cfg.keys = &a->keys;
+    cfg.model_names = names;
+    cfg.n_model_names = n_names;
+    cfg.model_extra_name = clef_model_name(model);
+    cfg.model_description = a->description ? a->description : desc;
+    cfg.model_release_date = a->release_date ? a->release_date : date;
+    cfg.strict_model = a->strict_model;
+    cfg.decide = clef_decide_default_options();
+    cfg.decide.max_length = a->ctx_size;
+    cfg.decide.explain = a->explain;
+    cfg.decide.confidence =
+        strcmp(a->confidence, "reference") ? CLEF_CONFIDENCE_TYPESAFE : CLEF_CONFIDENCE_REFERENCE;
+    cfg.verbose = a->verbose;
+    cfg.log = stderr;
+
+    int rc = serve(a, model, &cfg);
+    free(aliases);
+    clef_model_free(model);
+    return rc;
+}
 
 int cmd_serve(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "clef serve: not implemented yet\n");
-    return 1;
+    serve_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc == 0) rc = run(&a);
+    else if (rc < 0) rc = 0;
+    srv_keys_free(&a.keys);
+    return rc;
 }
