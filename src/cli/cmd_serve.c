@@ -22,24 +22,6 @@
 #include "core/error.h"
 #include "server/server.h"
 
-/* TEMPORARY (until the decision pipeline lands in libclef): weak references
- * keep the `clef` binary linking while src/model and src/decide are being
- * written; cmd_serve refuses to start when they are missing.  Remove this
- * block once clef_decide and clef_model_load are defined. */
-#pragma weak clef_model_default_params
-#pragma weak clef_model_load
-#pragma weak clef_model_free
-#pragma weak clef_model_name
-#pragma weak clef_model_arch
-#pragma weak clef_decide_default_options
-#pragma weak clef_decide
-#pragma weak clef_decide_result_free
-
-static bool pipeline_linked(void) {
-    return clef_model_default_params && clef_model_load && clef_model_free && clef_model_name &&
-           clef_model_arch && clef_decide_default_options && clef_decide && clef_decide_result_free;
-}
-
 static void usage(FILE *out) {
     srv_config d = srv_default_config();
     fprintf(out,
@@ -283,11 +265,6 @@ static int serve(const serve_args *a, clef_model *model, srv_config *cfg) {
 }
 
 static int run(serve_args *a) {
-    if (!pipeline_linked()) {
-        fprintf(stderr, "clef serve: this build has no decision pipeline (clef_decide / "
-                        "clef_model_load are not linked in)\n");
-        return 1;
-    }
     /* Before any thread exists, so that every thread inherits the mask. */
     sigset_t set;
     sigemptyset(&set);
@@ -303,6 +280,13 @@ static int run(serve_args *a) {
     if (clef_model_load(a->model_path, &mp, &model, &err) != CLEF_OK) {
         fprintf(stderr, "clef serve: %s\n", err.message);
         return 1;
+    }
+    int n_ctx = clef_model_n_ctx(model);
+    if (n_ctx > 0 && a->ctx_size > n_ctx) {
+        fprintf(stderr, "clef serve: --ctx-size %d is over the model's context length %d\n",
+                a->ctx_size, n_ctx);
+        clef_model_free(model);
+        return 2;
     }
     char *aliases = strdup(a->alias ? a->alias : clef_model_name(model));
     const char *names[32];

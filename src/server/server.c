@@ -86,6 +86,8 @@ struct srv_server {
     atomic_bool draining;
     bool queue_started, stopped, drained;
     char *models_body;          /* prebuilt GET /v1/models answer */
+    const char **accept;        /* --strict-model: model_names + model_extra_name */
+    size_t n_accept;
 };
 
 typedef struct route_def {
@@ -312,37 +314,14 @@ static size_t cancel_jobs(srv_server *s, srv_job_pred pred) {
     return n;
 }
 
-/* --strict-model: the "model" of a body the backend accepted must be one
- * of ours.  Returns NULL when it is, else the 400 body (malloc'd). */
-static char *check_model(const srv_server *s, const char *body, size_t len) {
-    json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, NULL);
-    json_t *m = root ? json_object_get(root, "model") : NULL;
-    char *out = NULL;
-    if (json_is_string(m)) {
-        const char *name = json_string_value(m);
-        size_t nlen = json_string_length(m);
-        bool ok = s->cfg.model_extra_name && strlen(s->cfg.model_extra_name) == nlen &&
-                  !memcmp(s->cfg.model_extra_name, name, nlen);
-        for (size_t i = 0; !ok && i < s->cfg.n_model_names; i++)
-            ok = strlen(s->cfg.model_names[i]) == nlen && !memcmp(s->cfg.model_names[i], name, nlen);
-        if (!ok) {
-            char *msg = NULL;
-            if (asprintf(&msg, "Unknown model: %s", name) >= 0) {
-                out = dump_json(json_pack("{s:{s:s,s:s}}", "detail", "error_type",
-                                          "api_usage_error", "message", msg));
-                free(msg);
-            }
-            if (!out) out = strdup(BODY_INTERNAL);
-        }
-    }
-    json_decref(root);
-    return out;
-}
-
 static void run_decision(srv_request *r) {
     srv_server *s = r->srv;
     clef_decide_options opt = s->cfg.decide;
-    opt.model_name = s->cfg.n_model_names ? s->cfg.model_names[0] : NULL;
+    opt.model_name = s->cfg.model_names[0];
+    if (s->cfg.strict_model) {   /* the backend refuses other names: 400 Unknown model */
+        opt.accept_models = s->accept;
+        opt.n_accept_models = s->n_accept;
+    }
     clef_error err;
     clef_err_clear(&err);
     memset(&r->result, 0, sizeof r->result);
@@ -359,10 +338,6 @@ static void run_decision(srv_request *r) {
         return;
     }
     r->status = code;
-    if (code == 200 && s->cfg.strict_model) {
-        r->out = check_model(s, r->body ? r->body : "", r->len);
-        if (r->out) r->status = 400;
-    }
 }
 
 static void run_job(srv_job *job, void *ctx) {
@@ -702,7 +677,11 @@ clef_status srv_start(const srv_config *cfg, const srv_backend *backend, srv_ser
     pthread_condattr_destroy(&ca);
     srv_metrics_init(&s->metrics);
     s->models_body = build_models_body(&s->cfg);
-    if (!s->models_body) st = clef_err_set(err, CLEF_ERR_NOMEM, "out of memory starting the server");
+    s->accept = calloc(cfg->n_model_names + 1, sizeof *s->accept);
+    if (!s->models_body || !s->accept)
+        st = clef_err_set(err, CLEF_ERR_NOMEM, "out of memory starting the server");
+    for (size_t i = 0; s->accept && i < cfg->n_model_names; i++) s->accept[s->n_accept++] = cfg->model_names[i];
+    if (s->accept && cfg->model_extra_name) s->accept[s->n_accept++] = cfg->model_extra_name;
     if (st == CLEF_OK)
         st = srv_queue_start(&s->queue, (size_t)cfg->workers, (size_t)cfg->queue, run_job, s, err);
     s->queue_started = st == CLEF_OK;
@@ -764,6 +743,7 @@ void srv_free(srv_server *s) {
     if (!s) return;
     srv_shutdown(s);
     free(s->models_body);
+    free(s->accept);
     srv_metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->mu);

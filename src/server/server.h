@@ -6,9 +6,9 @@
  * /healthz, /metrics and graceful shutdown.  What it does not: it never
  * looks inside a System One body.  Each POST /v1/systemone body is handed
  * as bytes to the backend's decide function (clef_decide in `clef serve`),
- * whose http_status and body are sent as they are; the one exception is
- * --strict-model, which reads the "model" field of a body the backend has
- * accepted.
+ * whose http_status and body are sent as they are.  --strict-model is
+ * passed on as clef_decide_options.accept_models (the configured names), so
+ * the backend answers 400 "Unknown model: X" in its own validation order.
  *
  * Routes: POST /v1/systemone; GET|HEAD /v1/models, /healthz (= /health),
  * /metrics.  Other paths → 404 {"detail":"Not Found"}; another method on a
