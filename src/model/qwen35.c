@@ -275,11 +275,93 @@ void qwen35_free(qwen35_model *m) {
     m->layers = NULL;
 }
 
+/* ==== states ================================================================= */
+
+/* Floats of one layer's state for n tokens. */
+static size_t layer_state_floats(const qwen35_config *c, bool recurrent, int64_t n) {
+    if (recurrent)
+        return (size_t)(c->conv_kernel - 1) * (size_t)c->conv_dim +
+               (size_t)c->ssm_n_v_head * (size_t)c->ssm_k_dim * (size_t)c->ssm_v_dim;
+    return 2 * (size_t)n * (size_t)c->n_head_kv * (size_t)c->head_dim;
+}
+
+static size_t state_floats(const qwen35_model *m, int64_t n) {
+    size_t total = 0;
+    for (int il = 0; il < m->cfg.n_layer; il++)
+        total += layer_state_floats(&m->cfg, m->layers[il].recurrent, n);
+    return total;
+}
+
+size_t qwen35_state_bytes(const qwen35_model *m, int64_t n) {
+    return sizeof(qwen35_state) + (size_t)m->cfg.n_layer * sizeof(qwen35_layer_state) +
+           state_floats(m, n) * sizeof(float);
+}
+
+clef_status qwen35_state_new(const qwen35_model *m, int64_t n, qwen35_state **out,
+                             clef_error *err) {
+    const qwen35_config *c = &m->cfg;
+    *out = NULL;
+    if (n < 1 || n > c->n_ctx)
+        return clef_err_set(err, CLEF_ERR_INVALID_ARG, "backbone state: %" PRId64
+                            " tokens is outside 1..%d", n, c->n_ctx);
+    size_t nf = state_floats(m, n);
+    qwen35_state *s = calloc(1, sizeof *s);
+    if (s) s->layers = calloc((size_t)c->n_layer, sizeof *s->layers);
+    if (s && s->layers) s->data = calloc(nf, sizeof *s->data);
+    if (!s || !s->layers || !s->data) {
+        qwen35_state_free(s);
+        return clef_err_set(err, CLEF_ERR_NOMEM, "out of memory for the backbone state of %"
+                            PRId64 " tokens", n);
+    }
+    s->n = n;
+    s->n_layer = c->n_layer;
+    s->bytes = qwen35_state_bytes(m, n);
+    const size_t conv = (size_t)(c->conv_kernel - 1) * (size_t)c->conv_dim;
+    const size_t kv = (size_t)n * (size_t)c->n_head_kv * (size_t)c->head_dim;
+    float *p = s->data;
+    for (int il = 0; il < c->n_layer; il++) {
+        qwen35_layer_state *ls = &s->layers[il];
+        if (m->layers[il].recurrent) {
+            ls->conv = p;
+            ls->S = p + conv;
+        } else {
+            ls->k = p;
+            ls->v = p + kv;
+        }
+        p += layer_state_floats(c, m->layers[il].recurrent, n);
+    }
+    return CLEF_OK;
+}
+
+void qwen35_state_free(qwen35_state *s) {
+    if (!s) return;
+    free(s->data);
+    free(s->layers);
+    free(s);
+}
+
 /* ==== forward ================================================================ */
+
+/* A run of one sequence's tokens inside a chunk: the recurrences and the
+ * attention are called per segment, so each sequence starts from its own
+ * past and a save point ends a segment. */
+typedef struct run_seg {
+    int s;              /* sequence                                            */
+    int64_t t0, T;      /* chunk rows [t0, t0+T)                               */
+    bool starts;        /* the sequence's first token of this call             */
+    bool saves;         /* ends right after the sequence's save point          */
+} run_seg;
 
 /* Scratch for one call, sized by N (all tokens) and C (tokens per chunk). */
 typedef struct qwen35_run {
     int64_t N, C;
+    int n_seq;
+    const qwen35_seq *seqs;
+    const qwen35_carry *carry; /* [n_seq] or NULL                              */
+    int64_t *x0;        /* [n_seq] first row of sequence s in x                */
+    int64_t *k0;        /* [n_seq] first row of sequence s in k/v (past first) */
+    run_seg *seg;       /* [2·n_seq] the current chunk's segments              */
+    int n_segs;
     int32_t *pos;       /* [N] position of each token in its own sequence      */
     float *x;           /* [N][E] residual stream                              */
     float *h;           /* [C][E] normed input of the current sublayer         */
@@ -295,21 +377,41 @@ typedef struct qwen35_run {
     /* gated attention */
     float *qg;          /* [C][H][2D] query | gate per head                    */
     float *q;           /* [C][H][D]                                           */
-    float *k, *v;       /* [N][Hkv][D] the current layer's keys and values     */
+    float *kc, *vc;     /* [C][Hkv][D] the chunk's keys and values             */
+    float *k, *v;       /* [Σ past+n][Hkv][D] the current layer's keys and values */
     /* FFN */
     float *ff_gate;     /* [C][F]                                              */
     float *ff_up;       /* [C][F]                                              */
 } qwen35_run;
 
+static const qwen35_state *run_past(const qwen35_run *r, int s) {
+    return r->carry ? r->carry[s].past : NULL;
+}
+
+static qwen35_state *run_save(const qwen35_run *r, int s) {
+    return r->carry ? r->carry[s].save : NULL;
+}
+
+static int64_t past_n(const qwen35_run *r, int s) {
+    const qwen35_state *p = run_past(r, s);
+    return p ? p->n : 0;
+}
+
 static void run_free(qwen35_run *r) {
     float **bufs[] = {&r->x, &r->h, &r->mix, &r->o, &r->hist, &r->conv, &r->z, &r->beta,
-                      &r->gdecay, &r->S, &r->qg, &r->q, &r->k, &r->v, &r->ff_gate, &r->ff_up};
+                      &r->gdecay, &r->S, &r->qg, &r->q, &r->kc, &r->vc, &r->k, &r->v,
+                      &r->ff_gate, &r->ff_up};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         free(*bufs[i]);
         *bufs[i] = NULL;
     }
     free(r->pos);
+    free(r->x0);
+    free(r->k0);
+    free(r->seg);
     r->pos = NULL;
+    r->x0 = r->k0 = NULL;
+    r->seg = NULL;
 }
 
 static float *alloc_f(int64_t a, int64_t b, bool *ok) {
@@ -318,8 +420,9 @@ static float *alloc_f(int64_t a, int64_t b, bool *ok) {
     return p;
 }
 
-static clef_status run_alloc(qwen35_run *r, const qwen35_config *c, int64_t N, int64_t C,
-                             clef_error *err) {
+/* NK: rows of k/v, every sequence's past and new tokens. */
+static clef_status run_alloc(qwen35_run *r, const qwen35_config *c, int n_seq, int64_t N,
+                             int64_t NK, int64_t C, clef_error *err) {
     const int64_t Hv = c->ssm_n_v_head, vdim = Hv * c->ssm_v_dim;
     const int64_t qdim = (int64_t)c->n_head * c->head_dim, kvdim = (int64_t)c->n_head_kv * c->head_dim;
     bool ok = true;
@@ -327,7 +430,10 @@ static clef_status run_alloc(qwen35_run *r, const qwen35_config *c, int64_t N, i
     r->N = N;
     r->C = C;
     r->pos = calloc((size_t)N, sizeof *r->pos);
-    ok = r->pos != NULL;
+    r->x0 = calloc((size_t)n_seq, sizeof *r->x0);
+    r->k0 = calloc((size_t)n_seq, sizeof *r->k0);
+    r->seg = calloc(2 * (size_t)n_seq, sizeof *r->seg);
+    ok = r->pos && r->x0 && r->k0 && r->seg;
     r->x = alloc_f(N, c->n_embd, &ok);
     r->h = alloc_f(C, c->n_embd, &ok);
     r->mix = alloc_f(C, c->n_embd, &ok);
@@ -340,8 +446,10 @@ static clef_status run_alloc(qwen35_run *r, const qwen35_config *c, int64_t N, i
     r->S = alloc_f(Hv * c->ssm_k_dim, c->ssm_v_dim, &ok);
     r->qg = alloc_f(C, 2 * qdim, &ok);
     r->q = alloc_f(C, qdim, &ok);
-    r->k = alloc_f(N, kvdim, &ok);
-    r->v = alloc_f(N, kvdim, &ok);
+    r->kc = alloc_f(C, kvdim, &ok);
+    r->vc = alloc_f(C, kvdim, &ok);
+    r->k = alloc_f(NK, kvdim, &ok);
+    r->v = alloc_f(NK, kvdim, &ok);
     r->ff_gate = alloc_f(C, c->n_ff, &ok);
     r->ff_up = alloc_f(C, c->n_ff, &ok);
     if (!ok) {
@@ -351,17 +459,79 @@ static clef_status run_alloc(qwen35_run *r, const qwen35_config *c, int64_t N, i
     return CLEF_OK;
 }
 
+/* Cut chunk rows [c0, c0+T) into r->seg: one segment per sequence, two when
+ * a sequence's save point falls inside. */
+static void run_segments(qwen35_run *r, int64_t c0, int64_t T) {
+    int s = 0;
+    while (r->x0[s] + r->seqs[s].n <= c0) s++;
+    r->n_segs = 0;
+    for (int64_t g = c0; g < c0 + T;) {
+        int64_t end = r->x0[s] + r->seqs[s].n, cut = end < c0 + T ? end : c0 + T;
+        const qwen35_state *save = run_save(r, s);
+        int64_t at = save ? r->x0[s] + save->n - past_n(r, s) : -1; /* first row after it */
+        if (at > g && at < cut) cut = at;
+        r->seg[r->n_segs++] = (run_seg){.s = s, .t0 = g - c0, .T = cut - g,
+                                        .starts = g == r->x0[s], .saves = cut == at};
+        g = cut;
+        if (g == end) s++;
+    }
+}
+
 static void add_rows(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+/* Conv inputs of the K−1 positions before the row after hist row `row`
+ * (hist rows row+1 .. row+K−1) into dst [K−1][cd], zero for positions < 0;
+ * `next` is the position after them. */
+static void conv_tail_save(const float *hist, int64_t row, int64_t cd, int K, int64_t next,
+                           float *dst) {
+    for (int j = 0; j < K - 1; j++) {
+        float *d = dst + (int64_t)j * cd;
+        if (next - (K - 1) + j < 0) memset(d, 0, (size_t)cd * sizeof *d);
+        else memcpy(d, hist + (row + 1 + j) * cd, (size_t)cd * sizeof *d);
+    }
+}
+
+/* Conv + SiLU of one segment.  A continued sequence's first segment reads its
+ * past's K−1 inputs, written over the rows before it: earlier segments have
+ * been convolved already. */
+static void deltanet_conv_segment(const qwen35_config *c, const qwen35_layer *l, qwen35_run *r,
+                                  tp_pool *pool, int il, int64_t c0, const run_seg *sg) {
+    const int K = c->conv_kernel;
+    const int64_t cd = c->conv_dim;
+    const qwen35_state *past = run_past(r, sg->s);
+    if (sg->starts && past && K > 1)
+        memcpy(r->hist + sg->t0 * cd, past->layers[il].conv, (size_t)(K - 1) * (size_t)cd * sizeof *r->hist);
+    gdn_conv1d_silu(pool, r->hist + sg->t0 * cd, l->ssm_conv1d, r->pos + c0 + sg->t0, sg->T, cd, K,
+                    r->conv + sg->t0 * cd);
+    if (sg->saves && K > 1) {
+        const qwen35_state *save = run_save(r, sg->s);
+        conv_tail_save(r->hist, sg->t0 + sg->T - 1, cd, K, save->n, save->layers[il].conv);
+    }
+}
+
+/* Gated delta rule of one segment; the state S carries across chunks. */
+static void deltanet_rule_segment(const qwen35_config *c, qwen35_run *r, tp_pool *pool, int il,
+                                  int64_t c0, const run_seg *sg) {
+    const int Hk = c->ssm_n_k_head, Hv = c->ssm_n_v_head, Dk = c->ssm_k_dim, Dv = c->ssm_v_dim;
+    const int64_t cd = c->conv_dim;
+    const size_t s_bytes = (size_t)Hv * (size_t)Dk * (size_t)Dv * sizeof *r->S;
+    const qwen35_state *past = run_past(r, sg->s);
+    if (sg->starts && past) memcpy(r->S, past->layers[il].S, s_bytes);
+    const float *q = r->conv + sg->t0 * cd;
+    const float *k = q + (int64_t)Hk * Dk, *v = q + 2 * (int64_t)Hk * Dk;
+    gdn_delta_rule(pool, q, k, v, cd, r->gdecay + sg->t0 * Hv, r->beta + sg->t0 * Hv,
+                   r->pos + c0 + sg->t0, sg->T, Hk, Hv, Dk, Dv, r->S, r->o + sg->t0 * Hv * Dv);
+    if (sg->saves) memcpy(run_save(r, sg->s)->layers[il].S, r->S, s_bytes);
+}
+
 /* Gated DeltaNet mixer on tokens [c0, c0+T): reads r->h, writes r->mix. */
 static void deltanet_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35_run *r,
-                           tp_pool *pool, int64_t c0, int64_t T) {
+                           tp_pool *pool, int il, int64_t c0, int64_t T) {
     const int K = c->conv_kernel, Hk = c->ssm_n_k_head, Hv = c->ssm_n_v_head;
     const int Dk = c->ssm_k_dim, Dv = c->ssm_v_dim;
     const int64_t cd = c->conv_dim;
-    const int32_t *pos = r->pos + c0;
     float *qkv = r->hist + (int64_t)(K - 1) * cd; /* this chunk's conv inputs */
 
     /* 1. projections: qkv, z, β = sigmoid(h·Wβ), g = softplus(h·Wα + dt_bias)·a */
@@ -377,20 +547,24 @@ static void deltanet_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35
         }
 
     /* 2. causal depthwise conv + SiLU; keep the last K−1 inputs for the next chunk */
-    gdn_conv1d_silu(pool, r->hist, l->ssm_conv1d, pos, T, cd, K, r->conv);
+    for (int i = 0; i < r->n_segs; i++) deltanet_conv_segment(c, l, r, pool, il, c0, &r->seg[i]);
     gdn_conv_shift(r->hist, T, cd, K);
 
     /* 3. q, k L2-normalised per head */
     for (int64_t t = 0; t < T; t++) op_l2norm(r->conv + t * cd, Dk, 2 * Hk, c->rms_eps);
 
     /* 4. gated delta rule */
-    const float *q = r->conv, *k = r->conv + (int64_t)Hk * Dk, *v = r->conv + 2 * (int64_t)Hk * Dk;
-    gdn_delta_rule(pool, q, k, v, cd, r->gdecay, r->beta, pos, T, Hk, Hv, Dk, Dv, r->S, r->o);
+    for (int i = 0; i < r->n_segs; i++) deltanet_rule_segment(c, r, pool, il, c0, &r->seg[i]);
 
     /* 5. y_h = rms(o_h, ssm_norm)·silu(z_h);  mix = y·Wout */
     op_rmsnorm(r->o, r->o, l->ssm_norm, Dv, T * Hv, c->rms_eps);
     for (int64_t i = 0; i < T * Hv * Dv; i++) r->o[i] *= op_silu1(r->z[i]);
     mm_matmul(pool, &l->ssm_out, r->o, r->mix, T);
+}
+
+/* Row of k/v holding chunk row t0 of segment sg. */
+static int64_t kv_row(const qwen35_run *r, int64_t c0, const run_seg *sg) {
+    return r->k0[sg->s] + past_n(r, sg->s) + (c0 + sg->t0 - r->x0[sg->s]);
 }
 
 /* Gated attention mixer on tokens [c0, c0+T): reads r->h, writes r->mix. */
@@ -399,7 +573,6 @@ static void attention_chunk(const qwen35_config *c, const qwen35_layer *l, qwen3
     const int H = c->n_head, Hkv = c->n_head_kv, D = c->head_dim;
     const int64_t kvdim = (int64_t)Hkv * D;
     const int32_t *pos = r->pos + c0;
-    float *k = r->k + c0 * kvdim, *v = r->v + c0 * kvdim;
 
     /* 1. qg = h·Wq viewed [T][H][2D]: query = first D of each head, gate = next D */
     mm_matmul(pool, &l->attn_q, r->h, r->qg, T);
@@ -407,18 +580,28 @@ static void attention_chunk(const qwen35_config *c, const qwen35_layer *l, qwen3
         for (int hh = 0; hh < H; hh++)
             memcpy(r->q + (t * H + hh) * D, r->qg + (t * H + hh) * 2 * D, (size_t)D * sizeof *r->q);
 
-    /* 2. q, k RMS-normed per head; k, v appended to the layer's buffers */
+    /* 2. q, k RMS-normed per head */
     op_rmsnorm(r->q, r->q, l->attn_q_norm, D, T * H, c->rms_eps);
-    mm_matmul(pool, &l->attn_k, r->h, k, T);
-    op_rmsnorm(k, k, l->attn_k_norm, D, T * Hkv, c->rms_eps);
-    mm_matmul(pool, &l->attn_v, r->h, v, T);
+    mm_matmul(pool, &l->attn_k, r->h, r->kc, T);
+    op_rmsnorm(r->kc, r->kc, l->attn_k_norm, D, T * Hkv, c->rms_eps);
+    mm_matmul(pool, &l->attn_v, r->h, r->vc, T);
 
-    /* 3. rotary on the first n_rot dims */
+    /* 3. rotary on the first n_rot dims; k, v join their sequences' rows */
     op_rope_neox(r->q, T, H, D, c->n_rot, pos, c->rope_base, c->rope_sections);
-    op_rope_neox(k, T, Hkv, D, c->n_rot, pos, c->rope_base, c->rope_sections);
+    op_rope_neox(r->kc, T, Hkv, D, c->n_rot, pos, c->rope_base, c->rope_sections);
+    for (int i = 0; i < r->n_segs; i++) {
+        const run_seg *sg = &r->seg[i];
+        size_t bytes = (size_t)(sg->T * kvdim) * sizeof *r->k;
+        memcpy(r->k + kv_row(r, c0, sg) * kvdim, r->kc + sg->t0 * kvdim, bytes);
+        memcpy(r->v + kv_row(r, c0, sg) * kvdim, r->vc + sg->t0 * kvdim, bytes);
+    }
 
-    /* 4. causal softmax attention, scale 1/sqrt(D) */
-    attn_causal(pool, r->q, r->k, r->v, pos, c0, T, H, Hkv, D, 1.0f / sqrtf((float)D), r->o);
+    /* 4. causal softmax attention, scale 1/sqrt(D), each segment over its sequence */
+    for (int i = 0; i < r->n_segs; i++) {
+        const run_seg *sg = &r->seg[i];
+        attn_causal(pool, r->q + sg->t0 * H * D, r->k, r->v, pos + sg->t0, kv_row(r, c0, sg),
+                    sg->T, H, Hkv, D, 1.0f / sqrtf((float)D), r->o + sg->t0 * H * D);
+    }
 
     /* 5. mix = (attn ⊙ sigmoid(gate))·Wo */
     for (int64_t t = 0; t < T; t++)
@@ -428,6 +611,25 @@ static void attention_chunk(const qwen35_config *c, const qwen35_layer *l, qwen3
             for (int d = 0; d < D; d++) o[d] *= op_sigmoid1(gate[d]);
         }
     mm_matmul(pool, &l->attn_output, r->o, r->mix, T);
+}
+
+/* An attention layer's past keys/values in (before) or saved ones out (after). */
+static void attention_carry(const qwen35_config *c, qwen35_run *r, int il, bool before) {
+    const int64_t kvdim = (int64_t)c->n_head_kv * c->head_dim;
+    for (int s = 0; s < r->n_seq; s++) {
+        const qwen35_state *st = before ? run_past(r, s) : run_save(r, s);
+        if (!st) continue;
+        size_t bytes = (size_t)(st->n * kvdim) * sizeof *r->k;
+        float *k = r->k + r->k0[s] * kvdim, *v = r->v + r->k0[s] * kvdim;
+        const qwen35_layer_state *ls = &st->layers[il];
+        if (before) {
+            memcpy(k, ls->k, bytes);
+            memcpy(v, ls->v, bytes);
+        } else {
+            memcpy(ls->k, k, bytes);
+            memcpy(ls->v, v, bytes);
+        }
+    }
 }
 
 /* x += down(silu(gate(u)) * up(u)), u = rms(x, post_attention_norm), on [c0, c0+T). */
@@ -442,22 +644,54 @@ static void ffn_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35_run 
     add_rows(x, r->mix, T * c->n_embd);
 }
 
-static void layer_forward(const qwen35_config *c, const qwen35_layer *l, qwen35_run *r, tp_pool *pool) {
+static void layer_forward(const qwen35_config *c, const qwen35_layer *l, int il, qwen35_run *r,
+                          tp_pool *pool) {
+    if (!l->recurrent) attention_carry(c, r, il, true);
     for (int64_t c0 = 0; c0 < r->N; c0 += r->C) {
         int64_t T = r->N - c0 < r->C ? r->N - c0 : r->C;
         float *x = r->x + c0 * c->n_embd;
+        run_segments(r, c0, T);
         op_rmsnorm(r->h, x, l->attn_norm, c->n_embd, T, c->rms_eps);
-        if (l->recurrent) deltanet_chunk(c, l, r, pool, c0, T);
+        if (l->recurrent) deltanet_chunk(c, l, r, pool, il, c0, T);
         else attention_chunk(c, l, r, pool, c0, T);
         add_rows(x, r->mix, T * c->n_embd);
         ffn_chunk(c, l, r, pool, c0, T);
     }
+    if (!l->recurrent) attention_carry(c, r, il, false);
 }
 
-static clef_status validate_seqs(const qwen35_config *c, const qwen35_seq *seqs, int n_seq,
-                                 int64_t *total, clef_error *err) {
+/* A carried state must be shaped for this model: its byte count says so. */
+static clef_status validate_state(const qwen35_model *m, const qwen35_state *st, int s,
+                                  const char *what, clef_error *err) {
+    if (st->n_layer != m->cfg.n_layer || st->n < 1 || st->n > m->cfg.n_ctx || !st->data ||
+        st->bytes != qwen35_state_bytes(m, st->n))
+        return clef_err_set(err, CLEF_ERR_INVALID_ARG, "forward: sequence %d: the %s state"
+                            " is not one of this model's", s, what);
+    return CLEF_OK;
+}
+
+static clef_status validate_carry(const qwen35_model *m, const qwen35_seq *q,
+                                  const qwen35_carry *cr, int s, clef_error *err) {
+    int64_t p = cr->past ? cr->past->n : 0;
+    clef_status st = CLEF_OK;
+    if (cr->past) st = validate_state(m, cr->past, s, "past", err);
+    if (st == CLEF_OK && cr->save) st = validate_state(m, cr->save, s, "save", err);
+    if (st != CLEF_OK) return st;
+    if (p + q->n > m->cfg.n_ctx)
+        return clef_err_set(err, CLEF_ERR_TOO_LONG, "forward: sequence %d reaches position %" PRId64
+                            ", the model's context is %d", s, p + q->n, m->cfg.n_ctx);
+    if (cr->save && (cr->save->n <= p || cr->save->n > p + q->n))
+        return clef_err_set(err, CLEF_ERR_INVALID_ARG, "forward: sequence %d: a save at %" PRId64
+                            " tokens is outside %" PRId64 "..%" PRId64, s, cr->save->n, p + 1, p + q->n);
+    return CLEF_OK;
+}
+
+static clef_status validate_seqs(const qwen35_model *m, const qwen35_seq *seqs,
+                                 const qwen35_carry *carry, int n_seq, int64_t *total,
+                                 int64_t *total_kv, clef_error *err) {
+    const qwen35_config *c = &m->cfg;
     if (n_seq < 1 || !seqs) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "forward: no sequences");
-    *total = 0;
+    *total = *total_kv = 0;
     for (int s = 0; s < n_seq; s++) {
         const qwen35_seq *q = &seqs[s];
         if (q->n < 1 || !q->ids || !q->hidden)
@@ -470,37 +704,52 @@ static clef_status validate_seqs(const qwen35_config *c, const qwen35_seq *seqs,
                 return clef_err_set(err, CLEF_ERR_INVALID_ARG, "forward: sequence %d token %" PRId64
                                     ": id %" PRId32 " is outside the vocabulary [0, %d)",
                                     s, t, q->ids[t], c->n_vocab);
+        if (carry) {
+            clef_status st = validate_carry(m, q, &carry[s], s, err);
+            if (st != CLEF_OK) return st;
+        }
         *total += q->n;
+        *total_kv += q->n + (carry && carry[s].past ? carry[s].past->n : 0);
     }
     return CLEF_OK;
 }
 
 clef_status qwen35_forward(const qwen35_model *m, tp_pool *pool, const qwen35_seq *seqs,
                            int n_seq, int64_t chunk, clef_error *err) {
+    return qwen35_forward_carry(m, pool, seqs, NULL, n_seq, chunk, err);
+}
+
+clef_status qwen35_forward_carry(const qwen35_model *m, tp_pool *pool, const qwen35_seq *seqs,
+                                 const qwen35_carry *carry, int n_seq, int64_t chunk,
+                                 clef_error *err) {
     const qwen35_config *c = &m->cfg;
     const int64_t E = c->n_embd;
-    int64_t N = 0;
-    clef_status st = validate_seqs(c, seqs, n_seq, &N, err);
+    int64_t N = 0, NK = 0;
+    clef_status st = validate_seqs(m, seqs, carry, n_seq, &N, &NK, err);
     if (st != CLEF_OK) return st;
     if (chunk <= 0) chunk = QWEN35_DEFAULT_CHUNK;
     qwen35_run r;
-    if ((st = run_alloc(&r, c, N, chunk < N ? chunk : N, err)) != CLEF_OK) return st;
+    if ((st = run_alloc(&r, c, n_seq, N, NK, chunk < N ? chunk : N, err)) != CLEF_OK) return st;
+    r.n_seq = n_seq;
+    r.seqs = seqs;
+    r.carry = carry;
 
-    /* x = token_embd[ids]; sequences laid end to end, positions restart at 0 */
-    int64_t g = 0;
+    /* x = token_embd[ids]; sequences laid end to end, positions after each past */
+    int64_t g = 0, gk = 0;
     for (int s = 0; s < n_seq; s++) {
+        int64_t p = past_n(&r, s);
+        r.x0[s] = g;
+        r.k0[s] = gk;
+        gk += p + seqs[s].n;
         op_embed(&m->token_embd, seqs[s].ids, seqs[s].n, r.x + g * E);
-        for (int64_t t = 0; t < seqs[s].n; t++) r.pos[g++] = (int32_t)t;
+        for (int64_t t = 0; t < seqs[s].n; t++) r.pos[g++] = (int32_t)(p + t);
     }
 
-    for (int il = 0; il < c->n_layer; il++) layer_forward(c, &m->layers[il], &r, pool);
+    for (int il = 0; il < c->n_layer; il++) layer_forward(c, &m->layers[il], il, &r, pool);
 
     /* out = rms(x, output_norm), per sequence into the caller's buffers */
-    g = 0;
-    for (int s = 0; s < n_seq; s++) {
-        op_rmsnorm(seqs[s].hidden, r.x + g * E, m->output_norm, E, seqs[s].n, c->rms_eps);
-        g += seqs[s].n;
-    }
+    for (int s = 0; s < n_seq; s++)
+        op_rmsnorm(seqs[s].hidden, r.x + r.x0[s] * E, m->output_norm, E, seqs[s].n, c->rms_eps);
     run_free(&r);
     return CLEF_OK;
 }

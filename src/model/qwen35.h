@@ -96,6 +96,47 @@ typedef struct qwen35_seq {
     float *hidden;                  /* [n][E], caller-allocated                   */
 } qwen35_seq;
 
+/* The backbone's memory of a sequence after its first n tokens: everything
+ * the tokens at positions n, n+1, ... read of them.  Per layer:
+ *   DeltaNet   conv [K−1][conv_dim]: conv inputs (qkv) of the tokens at
+ *              positions n−K+1 .. n−1, zero rows for positions below 0;
+ *              S [Hv][Dk][Dv]: the delta-rule state after position n−1
+ *   attention  k, v [n][Hkv][D]: keys (normed, rotated) and values of all n
+ * A filled state is only read by the forward, so any number of forwards may
+ * continue from one state at once.  qwen35_state_free releases it. */
+typedef struct qwen35_layer_state {
+    float *conv, *S;                /* DeltaNet layers; NULL on attention layers  */
+    float *k, *v;                   /* attention layers; NULL on DeltaNet layers  */
+} qwen35_layer_state;
+
+typedef struct qwen35_state {
+    int64_t n;                      /* tokens summarised = the next position      */
+    int n_layer;
+    qwen35_layer_state *layers;     /* [n_layer], views into data                 */
+    float *data;                    /* every layer's floats, one block            */
+    size_t bytes;                   /* heap bytes this state holds in all         */
+} qwen35_state;
+
+/* Heap bytes of a state of n tokens for m: what qwen35_state_new allocates
+ * (a cache's accounting). */
+size_t qwen35_state_bytes(const qwen35_model *m, int64_t n);
+
+/* A zeroed state of n >= 1 tokens shaped for m.  *out: caller-owned. */
+clef_status qwen35_state_new(const qwen35_model *m, int64_t n, qwen35_state **out,
+                             clef_error *err);
+void qwen35_state_free(qwen35_state *s);
+
+/* What one sequence of a batch continues from and keeps (qwen35_forward_carry). */
+typedef struct qwen35_carry {
+    /* NULL: the ids start at position 0.  Else they continue the sequence that
+     * past summarises: ids[0] is at position past->n (past->n + n <= n_ctx). */
+    const qwen35_state *past;
+    /* NULL, or a state from qwen35_state_new with past_n < save->n <=
+     * past_n + n (past_n = past ? past->n : 0): filled with the state at
+     * position save->n, i.e. after ids[save->n − past_n − 1]. */
+    qwen35_state *save;
+} qwen35_carry;
+
 /* Default tokens per chunk: bounds scratch memory independent of T. */
 #define QWEN35_DEFAULT_CHUNK 512
 
@@ -106,5 +147,15 @@ typedef struct qwen35_seq {
  * concurrent calls on one model are safe (they share the pool in turns). */
 clef_status qwen35_forward(const qwen35_model *m, tp_pool *pool, const qwen35_seq *seqs,
                            int n_seq, int64_t chunk, clef_error *err);
+
+/* qwen35_forward where sequence s continues carry[s].past and/or saves its
+ * state into carry[s].save (carry NULL: every sequence fresh, nothing saved).
+ * The hidden states written are those of the ids given (n rows); a past's
+ * rows are the caller's to keep.  Continuing computes every float as the
+ * uninterrupted run would (the kernels see the same rows in the same order),
+ * so the hidden states are the same as one forward over past + ids. */
+clef_status qwen35_forward_carry(const qwen35_model *m, tp_pool *pool, const qwen35_seq *seqs,
+                                 const qwen35_carry *carry, int n_seq, int64_t chunk,
+                                 clef_error *err);
 
 #endif
