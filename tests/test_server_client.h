@@ -148,7 +148,7 @@ static inline bool hc_wait_closed(int fd) {
 }
 
 /* Value of a response header (case-insensitive name), copied into out; NULL if absent. */
-static const char *hc_header(const hc_resp *r, const char *name, char *out, size_t cap) {
+static inline const char *hc_header(const hc_resp *r, const char *name, char *out, size_t cap) {
     if (!r->head) return NULL;
     size_t nl = strlen(name);
     for (const char *line = strstr(r->head, "\r\n"); line && line[2] != '\r'; line = strstr(line + 2, "\r\n")) {
@@ -221,13 +221,14 @@ typedef struct hc_server {
 } hc_server;
 
 /* Path of the clef binary (env CLEF_BIN). */
-static const char *hc_clef_bin(void) {
+static inline const char *hc_clef_bin(void) {
     const char *b = getenv("CLEF_BIN");
     return b && *b ? b : "build/clef";
 }
 
-static char *hc_read_log(const hc_server *s) {
-    FILE *f = fopen(s->log_path, "rb");
+/* A whole file, NUL-terminated (NULL when unreadable). */
+static inline char *hc_slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     size_t cap = 1 << 16, n = 0, got;
     char *buf = malloc(cap + 1);
@@ -243,6 +244,27 @@ static char *hc_read_log(const hc_server *s) {
     fclose(f);
     if (buf) buf[n] = '\0';
     return buf;
+}
+
+static inline char *hc_read_log(const hc_server *s) { return hc_slurp(s->log_path); }
+
+/* The verbatim request text of one case of a clef-tiny cases.jsonl (each
+ * line is {"id":..., "max_length":..., "request":<text>}), malloc'd. */
+static inline char *hc_case_request(const char *cases_path, const char *id) {
+    char *text = hc_slurp(cases_path), *out = NULL;
+    char key[128];
+    snprintf(key, sizeof key, "{\"id\":\"%s\",", id);
+    char *line = text ? strstr(text, key) : NULL;
+    char *req = line ? strstr(line, "\"request\":") : NULL;
+    char *end = req ? strchr(req, '\n') : NULL;
+    if (req && !end) end = req + strlen(req);
+    if (req) {
+        req += strlen("\"request\":");
+        while (end > req && end[-1] != '}') end--;   /* the line's own closing brace */
+        if (end > req) out = strndup(req, (size_t)(end - 1 - req));
+    }
+    free(text);
+    return out;
 }
 
 /* Start `$CLEF_BIN serve --port 0 ARGS...` (args NULL-terminated) with
@@ -294,8 +316,8 @@ static inline bool hc_server_start(hc_server *s, const char *const *args) {
     return false;
 }
 
-/* Send sig, wait (bounded) and return the exit status; -1 if it had to be
- * killed or died by a signal.  Safe to call twice. */
+/* Send sig (0: none, just wait), wait (bounded) and return the exit
+ * status; -1 if it had to be killed or died by a signal.  Safe to call twice. */
 static inline int hc_server_stop(hc_server *s, int sig) {
     if (s->pid <= 0) return -1;
     kill(s->pid, sig);

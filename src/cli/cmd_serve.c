@@ -128,6 +128,17 @@ static bool flag_is(const char *f, const char *name, const char *alt) {
     return !strcmp(f, name) || (alt && !strcmp(f, alt));
 }
 
+static bool takes_value(const char *f) {
+    static const char *const flags[] = {
+        "-m", "--model", "-a", "--alias", "--description", "--release-date", "--host",
+        "--confidence", "--port", "-t", "--threads", "-np", "--parallel", "--workers", "--queue",
+        "--threads-http", "-c", "--ctx-size", "--timeout", "--max-connections", "--max-body",
+        "--drain-timeout", "--api-key", "--api-key-file"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strcmp(f, flags[i])) return true;
+    return false;
+}
+
 /* Returns 0 to go on, else the exit status (0 after --help). */
 static int parse_args(int argc, char **argv, serve_args *a) {
     srv_config d = srv_default_config();
@@ -142,8 +153,12 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         if (IS("--strict-model", NULL)) { a->strict_model = true; continue; }
         if (IS("--explain", NULL)) { a->explain = true; continue; }
         if (IS("-v", "--verbose")) { a->verbose = true; continue; }
+        if (!takes_value(f)) {
+            fprintf(stderr, "clef serve: unknown flag '%s' (see --help)\n", f);
+            return 2;
+        }
         if (i + 1 >= argc) {
-            fprintf(stderr, "clef serve: unknown flag or missing value: '%s' (see --help)\n", f);
+            fprintf(stderr, "clef serve: %s needs a value (see --help)\n", f);
             return 2;
         }
         const char *v = argv[++i];
