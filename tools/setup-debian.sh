@@ -10,3 +10,7 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $missing
 fi
+# npm packages of the SDK tests (tools/test-sdk.sh), when Node is installed.
+if [ -f "$(dirname "$0")/../package-lock.json" ] && command -v npm >/dev/null; then
+  (cd "$(dirname "$0")/.." && npm ci --no-audit --no-fund)
+fi
