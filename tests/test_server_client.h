@@ -204,6 +204,20 @@ static inline bool hc_post(int port, const char *extra, const char *body, hc_res
     return hc_request(port, "POST", "/v1/systemone", extra, body, r);
 }
 
+/* Poll GET /metrics (bounded) until its text contains `line` (e.g.
+ * "\nclef_queue_depth 0\n"): gauges settle a moment after the answers. */
+static inline bool hc_wait_metric(int port, const char *line) {
+    double deadline = hc_now_ms() + HC_TIMEOUT_MS;
+    while (hc_now_ms() < deadline) {
+        hc_resp r;
+        bool found = hc_request(port, "GET", "/metrics", NULL, NULL, &r) && strstr(r.body, line);
+        hc_free(&r);
+        if (found) return true;
+        hc_sleep_ms(5);
+    }
+    return false;
+}
+
 /* True when s is "req_" followed by exactly 32 lowercase hex digits. */
 static inline bool hc_is_request_id(const char *s) {
     if (!s || strncmp(s, "req_", 4) || strlen(s) != 36) return false;

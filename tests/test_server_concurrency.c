@@ -137,11 +137,8 @@ static void test_concurrent_equals_serial(void **state) {
         for (int y = 0; y < x; y++) assert_string_not_equal(ix, w->got[y / N_PER_THREAD][y % N_PER_THREAD].id);
     }
     /* And the server is idle again and still exits cleanly. */
-    hc_resp r;
-    assert_true(hc_request(w->srv.port, "GET", "/metrics", NULL, NULL, &r));
-    assert_non_null(strstr(r.body, "\nclef_queue_depth 0\n"));
-    assert_non_null(strstr(r.body, "\nclef_requests_in_flight 0\n"));
-    hc_free(&r);
+    assert_true(hc_wait_metric(w->srv.port, "\nclef_queue_depth 0\n"));
+    assert_true(hc_wait_metric(w->srv.port, "\nclef_requests_in_flight 0\n"));
     assert_int_equal(hc_server_stop(&w->srv, SIGTERM), 0);
 }
 
