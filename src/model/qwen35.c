@@ -330,6 +330,7 @@ clef_status qwen35_state_new(const qwen35_model *m, int64_t n, qwen35_state **ou
         }
         p += layer_state_floats(c, m->layers[il].recurrent, n);
     }
+    *out = s;
     return CLEF_OK;
 }
 
