@@ -29,8 +29,8 @@ static void usage(FILE *out) {
         "\n"
         "Serve the System One API (POST /v1/systemone, GET /v1/models) plus GET /healthz\n"
         "and GET /metrics (Prometheus).  Runs until SIGTERM/SIGINT, then stops accepting\n"
-        "connections, answers the requests it already has and exits 0 (a second signal\n"
-        "quits at once).\n"
+        "connections, answers the requests it already has and exits 0 (1 if that takes\n"
+        "longer than --drain-timeout; a second signal quits at once).\n"
         "\n"
         "model:\n"
         "  -m, --model PATH          GGUF model, arch clef or qwen35 (required)\n"
@@ -258,8 +258,9 @@ static int serve(const serve_args *a, clef_model *model, srv_config *cfg) {
     }
     fprintf(stderr, "clef serve: model '%s' (%s) from %s\n", cfg->model_names[0],
             clef_model_arch(model), a->model_path);
-    fprintf(stderr, "clef serve: listening on http://%s:%d (%d decision worker%s, queue %d, %s)\n",
-            a->host, srv_port(srv), a->workers, a->workers == 1 ? "" : "s", a->queue,
+    bool v6 = strchr(a->host, ':') != NULL;   /* an IPv6 literal goes in brackets */
+    fprintf(stderr, "clef serve: listening on http://%s%s%s:%d (%d decision worker%s, queue %d, %s)\n",
+            v6 ? "[" : "", a->host, v6 ? "]" : "", srv_port(srv), a->workers, a->workers == 1 ? "" : "s", a->queue,
             a->keys.n ? "API keys required" : "no API key");
     fflush(stderr);
     sigset_t set;

@@ -24,7 +24,9 @@
  * queue for `workers` decision threads; when workers + queue are all taken
  * the answer is 529 with retry-after.  A waiting request whose client has
  * closed its connection is dropped (checked when a worker takes it and
- * whenever the queue is full).  srv_shutdown stops accepting connections,
+ * whenever the queue is full; a client that half-closes its sending side
+ * after the request counts as gone).  A decision already computing runs to
+ * its end.  srv_shutdown stops accepting connections,
  * answers everything already received and then stops.
  *
  * Ownership: srv_start borrows cfg's strings, keys and the backend; they
