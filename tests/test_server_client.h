@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -299,6 +300,7 @@ static inline bool hc_server_start(hc_server *s, const char *const *args) {
     pid_t pid = fork();
     if (pid < 0) return false;
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);   /* never outlive a test that crashed */
         int fd = open(s->log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         int nul = open("/dev/null", O_RDWR);
         if (fd >= 0) dup2(fd, 2);
