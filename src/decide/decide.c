@@ -8,7 +8,9 @@
  * A request the contract refuses is an ordinary outcome (CLEF_OK with a 4xx
  * http_status and the contract's body); only clef's own failures return a
  * non-OK status.  Nothing here keeps state between calls, so any number of
- * threads may decide on one model at once.
+ * threads may decide on one model at once.  The stages are split out
+ * (decide/pipeline.h) so the engine's cached and batched backbone answers
+ * through the same code.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,12 +19,13 @@
 #include "core/error.h"
 #include "decide/answer.h"
 #include "decide/encode.h"
+#include "decide/pipeline.h"
 #include "decide/request.h"
 #include "model/head.h"
 #include "model/model.h"
 #include "text/pyjson.h"
 
-static double now_ms(void) {
+double dec_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
@@ -145,26 +148,21 @@ static json_t *explain_json(const req_request *req, const enc_record *rec, const
                      "questions", questions);
 }
 
-/* Backbone + head + answers for an encoded request; fills the 200 body. */
-static clef_status answer(clef_model *m, const req_request *req, const enc_record *rec,
-                          const clef_decide_options *o, clef_decide_result *r, clef_error *err) {
+/* Head + answers for an encoded request whose hidden states are in; fills
+ * the 200 body. */
+static clef_status answer(const clef_model *m, const req_request *req, const enc_record *rec,
+                          const float *hidden, const clef_decide_options *o,
+                          clef_decide_result *r, clef_error *err) {
     size_t n_logits = 0;
     for (size_t q = 0; q < rec->n_questions; q++) n_logits += rec->questions[q].n_options;
-    int E = model_n_embd(m);
-    float *hidden = malloc(rec->n_ids * (size_t)E * sizeof *hidden);
     double *logits = calloc(n_logits, sizeof *logits);
     json_t *body = NULL;
     clef_status st = CLEF_OK;
-    if (!hidden || !logits) {
-        st = clef_err_set(err, CLEF_ERR_NOMEM, "out of memory for %zu hidden states", rec->n_ids);
+    if (!logits) {
+        st = clef_err_set(err, CLEF_ERR_NOMEM, "out of memory for %zu logits", n_logits);
         goto done;
     }
-    double t = now_ms();
-    qwen35_seq seq = {.ids = rec->ids, .n = (int64_t)rec->n_ids, .hidden = hidden};
-    st = model_forward_batch(m, &seq, 1, err);
-    r->backbone_ms = now_ms() - t;
-    if (st != CLEF_OK) goto done;
-    t = now_ms();
+    double t = dec_now_ms();
     st = score_questions(m, rec, hidden, logits, n_logits, err);
     if (st != CLEF_OK) goto done;
     ans_options ao = ans_default_options();
@@ -174,20 +172,56 @@ static clef_status answer(clef_model *m, const req_request *req, const enc_recor
     if (st != CLEF_OK) goto done;
     if (o->explain) json_object_set_new(body, "clef", explain_json(req, rec, logits));
     st = pyjson_dumps(body, 0, &r->body, &r->body_len, err);
-    r->head_ms = now_ms() - t;
+    r->head_ms = dec_now_ms() - t;
     if (st == CLEF_OK) r->http_status = 200;
 done:
     json_decref(body);
     free(logits);
-    free(hidden);
     return st;
 }
 
-clef_status clef_decide(clef_model *m, const char *json, size_t len,
-                        const clef_decide_options *options, clef_decide_result *r,
-                        clef_error *err) {
-    if (!r) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "clef_decide: result is NULL");
+void dec_job_free(dec_job *job) {
+    if (!job) return;
+    if (job->needs_backbone) {
+        enc_record_free(&job->rec);
+        req_request_free(&job->req);
+    }
+    free(job->hidden);
+    memset(job, 0, sizeof *job);
+}
+
+/* Encode a parsed request; a schema that does not fit is answered here. */
+static clef_status encode(const clef_model *m, dec_job *job, clef_decide_result *r,
+                          clef_error *err) {
+    double t = dec_now_ms();
+    clef_error enc_err;
+    clef_status st = enc_encode(clef_model_tokenizer(m), &job->req, token_budget(m, &job->opts),
+                                &job->rec, &enc_err);
+    r->tokenize_ms = dec_now_ms() - t;
+    if (st == CLEF_ERR_TOO_LONG) {
+        r->input_tokens = (int64_t)job->rec.fixed_tokens;
+        return set_body(r, ENC_TOO_LONG_HTTP_STATUS, ENC_TOO_LONG_BODY, err);
+    }
+    if (st != CLEF_OK) {
+        if (err) *err = enc_err;
+        return st;
+    }
+    r->input_tokens = (int64_t)job->rec.n_ids;
+    r->state_tokens = (int64_t)job->rec.state_tokens;
+    r->state_tokens_used = (int64_t)job->rec.state_tokens_used;
+    job->hidden = malloc(job->rec.n_ids * (size_t)model_n_embd(m) * sizeof *job->hidden);
+    job->needs_backbone = true; /* rec and req are the job's from here on */
+    if (!job->hidden)
+        return clef_err_set(err, CLEF_ERR_NOMEM, "out of memory for %zu hidden states",
+                            job->rec.n_ids);
+    return CLEF_OK;
+}
+
+clef_status dec_prepare(const clef_model *m, const char *json, size_t len,
+                        const clef_decide_options *options, dec_job *job,
+                        clef_decide_result *r, clef_error *err) {
     memset(r, 0, sizeof *r);
+    memset(job, 0, sizeof *job);
     if (!m || (!json && len))
         return clef_err_set(err, CLEF_ERR_INVALID_ARG, "clef_decide: model or body is NULL");
     if (!m->head)
@@ -197,50 +231,57 @@ clef_status clef_decide(clef_model *m, const char *json, size_t len,
     if (!clef_model_tokenizer(m))
         return clef_err_set(err, CLEF_ERR_UNSUPPORTED, "model '%s' has no tokenizer metadata",
                             clef_model_name(m));
-    clef_decide_options defaults = clef_decide_default_options();
-    const clef_decide_options *o = options ? options : &defaults;
+    job->opts = options ? *options : clef_decide_default_options();
+    const clef_decide_options *o = &job->opts;
     int n_ctx = clef_model_n_ctx(m);
     if (o->max_length < 0 || (n_ctx > 0 && o->max_length > n_ctx))
         return clef_err_set(err, CLEF_ERR_INVALID_ARG,
                             "max_length %d is outside 1..%d (the model's context length)",
                             o->max_length, n_ctx);
 
-    double t = now_ms();
+    double t = dec_now_ms();
     accept_list accept = {o};
     req_params params = req_default_params();
     if (o->n_accept_models > 0) {
         params.model_known = model_is_accepted;
         params.model_known_user = &accept;
     }
-    req_request req;
     req_reject reject = {0};
-    clef_status st = req_parse(json ? json : "", len, &params, &req, &reject, err);
-    r->parse_ms = now_ms() - t;
+    clef_status st = req_parse(json ? json : "", len, &params, &job->req, &reject, err);
+    r->parse_ms = dec_now_ms() - t;
     if (st == CLEF_ERR_REQUEST) {
         take_reject(r, &reject);
         return CLEF_OK;
     }
     if (st != CLEF_OK) return st;
-
-    t = now_ms();
-    enc_record rec;
-    memset(&rec, 0, sizeof rec);
-    clef_error enc_err;
-    st = enc_encode(clef_model_tokenizer(m), &req, token_budget(m, o), &rec, &enc_err);
-    r->tokenize_ms = now_ms() - t;
-    if (st == CLEF_ERR_TOO_LONG) {
-        r->input_tokens = (int64_t)rec.fixed_tokens;
-        st = set_body(r, ENC_TOO_LONG_HTTP_STATUS, ENC_TOO_LONG_BODY, err);
-    } else if (st != CLEF_OK) {
-        if (err) *err = enc_err;
-    } else {
-        r->input_tokens = (int64_t)rec.n_ids;
-        r->state_tokens = (int64_t)rec.state_tokens;
-        r->state_tokens_used = (int64_t)rec.state_tokens_used;
-        st = answer(m, &req, &rec, o, r, err);
-        enc_record_free(&rec);
-    }
-    req_request_free(&req);
+    st = encode(m, job, r, err);
+    if (!job->needs_backbone) req_request_free(&job->req);
     if (st != CLEF_OK) clef_decide_result_free(r);
+    return st;
+}
+
+clef_status dec_finish(const clef_model *m, dec_job *job, clef_decide_result *r,
+                       clef_error *err) {
+    if (!job->needs_backbone || !job->hidden)
+        return clef_err_set(err, CLEF_ERR_INTERNAL, "dec_finish: the request has no hidden states");
+    clef_status st = answer(m, &job->req, &job->rec, job->hidden, &job->opts, r, err);
+    if (st != CLEF_OK) clef_decide_result_free(r);
+    return st;
+}
+
+clef_status clef_decide(clef_model *m, const char *json, size_t len,
+                        const clef_decide_options *options, clef_decide_result *r,
+                        clef_error *err) {
+    dec_job job;
+    clef_status st = dec_prepare(m, json, len, options, &job, r, err);
+    if (st == CLEF_OK && job.needs_backbone) {
+        double t = dec_now_ms();
+        qwen35_seq seq = {.ids = job.rec.ids, .n = (int64_t)job.rec.n_ids, .hidden = job.hidden};
+        st = model_forward_batch(m, &seq, 1, err);
+        r->backbone_ms = dec_now_ms() - t;
+        if (st == CLEF_OK) st = dec_finish(m, &job, r, err);
+        else clef_decide_result_free(r);
+    }
+    dec_job_free(&job);
     return st;
 }
