@@ -109,7 +109,7 @@ static clef_status score_questions(const clef_model *m, const enc_record *rec,
                                    (int32_t)eq->option_spans[o].end};
     }
     st = head_score_pool(m->head, model_pool(m), &rows, hidden, rec->ids, (int)rec->n_ids, qs,
-                    (int)rec->n_questions, out, err);
+                         (int)rec->n_questions, out, err);
     for (size_t i = 0; st == CLEF_OK && i < n_logits; i++) logits[i] = out[i];
 done:
     free(out);
