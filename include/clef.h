@@ -147,6 +147,55 @@ clef_status clef_decide(clef_model *model, const char *json, size_t len,
                         clef_error *err);
 void clef_decide_result_free(clef_decide_result *result);
 
+/* ---- engine: decisions with a state cache and batching -------------------- */
+
+/* An engine answers System One requests exactly as clef_decide does (the
+ * same bodies), and remembers, per distinct state, the backbone after the
+ * state's last token: a later request about the same state (same model
+ * prefix and state tokens after any cut, any questions) runs only its
+ * schema and suffix through the backbone.  Several requests can also share
+ * one backbone pass (clef_engine_decide_batch).  The cache is bounded in
+ * bytes, least recently used entries go first.  All functions are safe to
+ * call from several threads at once on one engine. */
+typedef struct clef_engine clef_engine;
+
+/* A sensible cache budget for a server. */
+#define CLEF_ENGINE_DEFAULT_CACHE_BYTES ((size_t)256 << 20)
+
+typedef struct clef_engine_stats {
+    uint64_t hits;            /* requests whose state came from the cache        */
+    uint64_t misses;          /* requests that ran the backbone from token 0     */
+    uint64_t inserts;         /* states added to the cache                       */
+    uint64_t evictions;       /* states dropped to stay within the budget        */
+    uint64_t entries;         /* states cached now                               */
+    uint64_t bytes;           /* bytes they hold now (<= capacity)               */
+    uint64_t capacity;        /* the budget in bytes                             */
+    uint64_t tokens_reused;   /* backbone tokens that hits did not recompute     */
+} clef_engine_stats;
+
+/* An engine on model (borrowed: free the engine before the model) with a
+ * cache of at most cache_bytes (0: no caching, batching only).  The model
+ * must be able to decide (arch clef).  *out: clef_engine_free. */
+clef_status clef_engine_new(clef_model *model, size_t cache_bytes, clef_engine **out,
+                            clef_error *err);
+void clef_engine_free(clef_engine *engine);
+
+/* clef_decide through the engine's cache: same contract, same result. */
+clef_status clef_engine_decide(clef_engine *engine, const char *json, size_t len,
+                               const clef_decide_options *options, clef_decide_result *result,
+                               clef_error *err);
+
+/* n requests (jsons[i] of lens[i] bytes) with the same options, their
+ * backbone work in one pass: results[i] is what clef_engine_decide gives for
+ * request i (refusals included); backbone_ms is the shared pass's.  A
+ * non-OK status means clef failed for the batch: every result is then empty
+ * (nothing to free) and err says why. */
+clef_status clef_engine_decide_batch(clef_engine *engine, size_t n, const char *const *jsons,
+                                     const size_t *lens, const clef_decide_options *options,
+                                     clef_decide_result *results, clef_error *err);
+
+void clef_engine_get_stats(clef_engine *engine, clef_engine_stats *out);
+
 /* ---- file inspection ------------------------------------------------------ */
 
 /* Print architecture, hyperparameters, tokenizer summary and a tensor table
