@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "core/error.h"
 
@@ -285,6 +286,21 @@ int pyjson_depth(const json_t *v) {
     return 0;
 }
 
+/* Replace every byte of s that does not begin a valid UTF-8 sequence with '?'.
+ * Why: jansson quotes the input near a syntax error and cuts that quote
+ * byte-wise, so it may end inside a character; the message goes into JSON
+ * error bodies, which must be valid UTF-8. */
+static void utf8_repair(char *s) {
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i,
+                                              (utf8proc_ssize_t)(n - i), &cp);
+        if (k <= 0) s[i++] = '?';
+        else i += (size_t)k;
+    }
+}
+
 static bool all_space(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r') return false;
@@ -323,6 +339,7 @@ pyjson_load_status pyjson_loadb(const char *text, size_t len, int max_depth, jso
             snprintf(msg, msg_cap, "invalid UTF-8 at byte %d", e.position > 0 ? e.position - 1 : 0);
         else
             snprintf(msg, msg_cap, "%s at line %d, column %d", e.text, e.line, e.column);
+        utf8_repair(msg);
         return st;
     }
     if (pyjson_depth(v) > max_depth) {

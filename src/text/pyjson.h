@@ -85,7 +85,8 @@ typedef enum pyjson_load_status {
  * the key keeps its FIRST position.  max_depth <= 0 selects the default.
  * On PYJSON_LOAD_OK *out is a new reference (json_decref it); otherwise *out
  * is NULL and msg (if non-NULL) holds a sentence naming what was wrong and
- * where ("invalid UTF-8 at byte 17").  Integers beyond int64 are refused
+ * where ("invalid UTF-8 at byte 17"), always valid UTF-8 (a quoted input byte
+ * that is not becomes '?').  Integers beyond int64 are refused
  * (PYJSON_LOAD_RANGE) rather than silently changed: jansson cannot hold them
  * and Python would render them exactly, so no faithful answer is possible. */
 pyjson_load_status pyjson_loadb(const char *text, size_t len, int max_depth, json_t **out,
