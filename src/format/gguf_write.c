@@ -26,6 +26,7 @@ typedef struct wtensor {
     int64_t ne[GGUF_MAX_DIMS];
     const void *data;
     void *owned;              /* copy of data when added with add_tensor */
+    bool deferred;            /* no data: bytes come through a gguf_stream */
     uint64_t nbytes, offset;
 } wtensor;
 
@@ -216,7 +217,8 @@ clef_status gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char 
 }
 
 static clef_status add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-                              const int64_t *ne, const void *data, size_t nbytes, bool copy) {
+                              const int64_t *ne, const void *data, size_t nbytes, bool copy,
+                              bool deferred) {
     if (w->err.status) return w->err.status;
     if (!name || !*name) return fail(w, CLEF_ERR_INVALID_ARG, "gguf writer: %s", "empty tensor name");
     for (uint64_t i = 0; i < w->n_tensors; i++)
@@ -234,7 +236,10 @@ static clef_status add_tensor(gguf_writer *w, const char *name, uint32_t type, u
     if (!clef_dtype_row_bytes(type, (uint64_t)ne[0], &row) || row == 0)
         return fail(w, CLEF_ERR_INVALID_ARG,
                     "gguf writer: tensor '%s': unknown type or ne[0] not a multiple of its block", name);
+    if (row > UINT64_MAX / (count / (uint64_t)ne[0]))
+        return fail(w, CLEF_ERR_INVALID_ARG, "gguf writer: tensor '%s': too large", name);
     want = row * (count / (uint64_t)ne[0]);
+    if (deferred) nbytes = (size_t)want; /* the stream supplies exactly this many */
     if (want != nbytes)
         return fail(w, CLEF_ERR_INVALID_ARG,
                     "gguf writer: tensor '%s': byte count does not match type and shape", name);
@@ -254,6 +259,7 @@ static clef_status add_tensor(gguf_writer *w, const char *name, uint32_t type, u
         memcpy(t.owned, data, nbytes);
     }
     t.data = copy ? t.owned : data;
+    t.deferred = deferred;
     t.type = type;
     t.n_dims = n_dims;
     for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) t.ne[d] = d < n_dims ? ne[d] : 1;
@@ -267,13 +273,18 @@ static clef_status add_tensor(gguf_writer *w, const char *name, uint32_t type, u
 clef_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type,
                                    uint32_t n_dims, const int64_t *ne, const void *data,
                                    size_t nbytes) {
-    return add_tensor(w, name, type, n_dims, ne, data, nbytes, true);
+    return add_tensor(w, name, type, n_dims, ne, data, nbytes, true, false);
 }
 
 clef_status gguf_writer_add_tensor_ref(gguf_writer *w, const char *name, uint32_t type,
                                        uint32_t n_dims, const int64_t *ne, const void *data,
                                        size_t nbytes) {
-    return add_tensor(w, name, type, n_dims, ne, data, nbytes, false);
+    return add_tensor(w, name, type, n_dims, ne, data, nbytes, false, false);
+}
+
+clef_status gguf_writer_add_tensor_info(gguf_writer *w, const char *name, uint32_t type,
+                                        uint32_t n_dims, const int64_t *ne) {
+    return add_tensor(w, name, type, n_dims, ne, NULL, 0, false, true);
 }
 
 /* Header bytes up to (not including) the padding before the data section. */
@@ -300,6 +311,11 @@ typedef bool (*emit_fn)(void *ctx, const void *p, size_t n);
 
 static clef_status emit_all(const gguf_writer *w, emit_fn emit, void *ctx, clef_error *err) {
     if (w->err.status) return gguf_writer_status(w, err);
+    for (uint64_t i = 0; i < w->n_tensors; i++)
+        if (w->tensors[i].deferred)
+            return clef_err_set(err, CLEF_ERR_INVALID_ARG,
+                                "gguf writer: tensor '%s' has no data (write it with gguf_stream)",
+                                w->tensors[i].name);
     bytebuf h = {0};
     if (!build_header(w, &h)) {
         free(h.p);
@@ -350,4 +366,136 @@ clef_status gguf_writer_write_memory(const gguf_writer *w, void **out, size_t *l
     *out = b.p;
     *len = b.n;
     return CLEF_OK;
+}
+
+/* ---- streaming ---------------------------------------------------------------- */
+
+struct gguf_stream {
+    const gguf_writer *w;
+    FILE *f;
+    char *path;
+    uint64_t cur;             /* tensor the next bytes belong to */
+    uint64_t done;            /* bytes of tensor cur already written */
+    clef_error err;           /* first failure, sticky */
+};
+
+static clef_status stream_fail_io(gguf_stream *s) {
+    if (s->err.status == CLEF_OK)
+        clef_err_set(&s->err, CLEF_ERR_IO, "%s: write failed: %s", s->path, strerror(errno));
+    return s->err.status;
+}
+
+static bool stream_put(gguf_stream *s, const void *p, size_t n) {
+    return n == 0 || fwrite(p, 1, n, s->f) == n;
+}
+
+/* Close tensor cur (padding) and write every following tensor that has its
+ * data, stopping at the next deferred one. */
+static clef_status stream_advance(gguf_stream *s) {
+    static const uint8_t zeros[64] = {0};
+    const gguf_writer *w = s->w;
+    while (s->cur < w->n_tensors) {
+        const wtensor *t = &w->tensors[s->cur];
+        if (s->done < t->nbytes) {
+            if (t->deferred) return CLEF_OK;
+            if (!stream_put(s, t->data, (size_t)t->nbytes)) return stream_fail_io(s);
+            s->done = t->nbytes;
+        }
+        for (uint64_t pad = (w->alignment - t->nbytes % w->alignment) % w->alignment; pad;) {
+            size_t n = pad < sizeof zeros ? (size_t)pad : sizeof zeros;
+            if (!stream_put(s, zeros, n)) return stream_fail_io(s);
+            pad -= n;
+        }
+        s->cur++;
+        s->done = 0;
+    }
+    return CLEF_OK;
+}
+
+clef_status gguf_stream_open(const gguf_writer *w, const char *path, gguf_stream **out,
+                             clef_error *err) {
+    *out = NULL;
+    if (w->err.status) return gguf_writer_status(w, err);
+    gguf_stream *s = calloc(1, sizeof *s);
+    if (s) s->path = strdup(path);
+    if (!s || !s->path) {
+        free(s);
+        return clef_err_set(err, CLEF_ERR_NOMEM, "gguf writer: out of memory");
+    }
+    s->w = w;
+    s->f = fopen(path, "wb");
+    if (!s->f) {
+        clef_err_set(err, CLEF_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        free(s->path);
+        free(s);
+        return CLEF_ERR_IO;
+    }
+    setvbuf(s->f, NULL, _IOFBF, 1 << 20);
+    bytebuf h = {0};
+    clef_status st = CLEF_OK;
+    if (!build_header(w, &h))
+        st = clef_err_set(&s->err, CLEF_ERR_NOMEM, "gguf writer: out of memory building the header");
+    else if (!stream_put(s, h.p, h.n))
+        st = stream_fail_io(s);
+    free(h.p);
+    if (st == CLEF_OK) st = stream_advance(s);
+    if (st != CLEF_OK) {
+        if (err) *err = s->err;
+        gguf_stream_abort(s);
+        return st;
+    }
+    *out = s;
+    return CLEF_OK;
+}
+
+uint64_t gguf_stream_tensor(const gguf_stream *s) { return s->cur; }
+
+clef_status gguf_stream_write(gguf_stream *s, const void *p, size_t n, clef_error *err) {
+    const uint8_t *b = p;
+    while (n && s->err.status == CLEF_OK) {
+        if (s->cur >= s->w->n_tensors) {
+            clef_err_set(&s->err, CLEF_ERR_INVALID_ARG, "%s: %zu bytes past the last tensor",
+                         s->path, n);
+            break;
+        }
+        const wtensor *t = &s->w->tensors[s->cur];
+        size_t take = (size_t)(t->nbytes - s->done) < n ? (size_t)(t->nbytes - s->done) : n;
+        if (!stream_put(s, b, take)) {
+            stream_fail_io(s);
+            break;
+        }
+        s->done += take;
+        b += take;
+        n -= take;
+        if (s->done == t->nbytes) stream_advance(s);
+    }
+    if (s->err.status && err) *err = s->err;
+    return s->err.status;
+}
+
+clef_status gguf_stream_close(gguf_stream *s, clef_error *err) {
+    if (s->err.status == CLEF_OK && s->cur < s->w->n_tensors)
+        clef_err_set(&s->err, CLEF_ERR_INVALID_ARG,
+                     "%s: tensor '%s' incomplete (%llu of %llu bytes written)", s->path,
+                     s->w->tensors[s->cur].name, (unsigned long long)s->done,
+                     (unsigned long long)s->w->tensors[s->cur].nbytes);
+    if (s->err.status == CLEF_OK && fflush(s->f) != 0) stream_fail_io(s);
+    if (fclose(s->f) != 0 && s->err.status == CLEF_OK) stream_fail_io(s);
+    s->f = NULL;
+    clef_status st = s->err.status;
+    if (st != CLEF_OK) {
+        if (err) *err = s->err;
+        remove(s->path);
+    }
+    free(s->path);
+    free(s);
+    return st;
+}
+
+void gguf_stream_abort(gguf_stream *s) {
+    if (!s) return;
+    if (s->f) fclose(s->f);
+    remove(s->path);
+    free(s->path);
+    free(s);
 }

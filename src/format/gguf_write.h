@@ -17,6 +17,10 @@
  * copies the data; gguf_writer_add_tensor_ref borrows it, and the bytes must
  * stay valid until the writer is written or freed (for large models that are
  * already mapped).
+ *
+ * Files too large to hold in memory are streamed: declare tensors without
+ * data (gguf_writer_add_tensor_info), open a gguf_stream, which writes the
+ * header, then hand it each such tensor's bytes in order, in any chunks.
  */
 #ifndef CLEF_FORMAT_GGUF_WRITE_H
 #define CLEF_FORMAT_GGUF_WRITE_H
@@ -78,6 +82,12 @@ clef_status gguf_writer_add_tensor_ref(gguf_writer *w, const char *name, uint32_
                                        uint32_t n_dims, const int64_t *ne, const void *data,
                                        size_t nbytes);
 
+/* A tensor whose bytes are supplied later through a gguf_stream (the
+ * offsets are known from type and shape).  A writer holding such tensors
+ * can only be written with gguf_stream_open. */
+clef_status gguf_writer_add_tensor_info(gguf_writer *w, const char *name, uint32_t type,
+                                        uint32_t n_dims, const int64_t *ne);
+
 /* ---- output ---- */
 
 /* Write the whole file to path (created or truncated). */
@@ -85,5 +95,27 @@ clef_status gguf_writer_write_file(const gguf_writer *w, const char *path, clef_
 /* The whole file in a malloc'd buffer; caller frees *out with free(). */
 clef_status gguf_writer_write_memory(const gguf_writer *w, void **out, size_t *len,
                                      clef_error *err);
+
+/* ---- streaming output ----
+ * gguf_stream_open writes the header (and any leading tensors that have
+ * data) to path; then gguf_stream_write takes the bytes of the tensors added
+ * with gguf_writer_add_tensor_info, in tensor order, in chunks of any size
+ * (a chunk may span tensors).  Tensors that have data are written by the
+ * stream when their turn comes, and padding between tensors is added.  The
+ * writer must stay alive and unchanged until the stream is closed.  On any
+ * failure the stream stays failed (sticky) and gguf_stream_close reports it.
+ * The stream is owned by the caller: gguf_stream_close or gguf_stream_abort
+ * frees it. */
+typedef struct gguf_stream gguf_stream;
+
+clef_status gguf_stream_open(const gguf_writer *w, const char *path, gguf_stream **out,
+                             clef_error *err);
+/* Index of the tensor the next bytes belong to (the tensor count when done). */
+uint64_t gguf_stream_tensor(const gguf_stream *s);
+clef_status gguf_stream_write(gguf_stream *s, const void *p, size_t n, clef_error *err);
+/* Finish: fails (and removes the file) unless every tensor was completed. */
+clef_status gguf_stream_close(gguf_stream *s, clef_error *err);
+/* Give up: close and remove the partial file.  NULL is allowed. */
+void gguf_stream_abort(gguf_stream *s);
 
 #endif
