@@ -80,6 +80,11 @@ typedef struct clef_model clef_model;
 
 typedef struct clef_model_params {
     int n_threads;          /* worker threads for compute; 0 = all cores     */
+    /* false: map the file (shares the page cache; a file truncated or
+     * rewritten in place while loaded makes the process die of SIGBUS).
+     * true: read it whole into anonymous memory at load (needs RAM for the
+     * whole file; the file may then change or vanish). */
+    bool no_mmap;
 } clef_model_params;
 
 clef_model_params clef_model_default_params(void);
@@ -120,6 +125,10 @@ typedef struct clef_decide_options {
      * with 400 "Unknown model: X" (a server's --strict-model). */
     const char *const *accept_models;
     size_t n_accept_models;
+    /* Request limits (a request over one gets 400 naming it); 0 = default. */
+    int max_questions;              /* questions per request; 0 = 256               */
+    int max_choices;                /* options of a choice question; 0 = 255        */
+    int max_depth;                  /* JSON nesting of the body; 0 = 64 (max 2048)  */
 } clef_decide_options;
 
 clef_decide_options clef_decide_default_options(void);

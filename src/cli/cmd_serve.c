@@ -20,10 +20,15 @@
 #include "clef.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "decide/request.h"
 #include "server/server.h"
+#include "text/pyjson.h"
 
 static void usage(FILE *out) {
     srv_config d = srv_default_config();
+    char hto[32], rto[32];
+    snprintf(hto, sizeof hto, "%g", d.header_timeout_s);
+    snprintf(rto, sizeof rto, "%g", d.request_timeout_s);
     fprintf(out,
         "usage: clef serve -m MODEL [options]\n"
         "\n"
@@ -34,6 +39,12 @@ static void usage(FILE *out) {
         "\n"
         "model:\n"
         "  -m, --model PATH          GGUF model, arch clef or qwen35 (required)\n"
+        "      --mmap                map the model file instead of copying it into memory.\n"
+        "                            Default: the whole file is read into RAM at start (costs\n"
+        "                            RAM for the whole file; the file may then be replaced,\n"
+        "                            truncated or deleted safely).  --mmap shares the page\n"
+        "                            cache and starts faster, but the server dies (SIGBUS) if\n"
+        "                            the file is truncated or rewritten in place while it runs\n"
         "  -a, --alias NAME[,NAME]   model name(s) listed by /v1/models; the first is reported\n"
         "                            in every answer's \"model\" (default: the model's name)\n"
         "      --description TEXT    description in /v1/models (default: arch and file name)\n"
@@ -42,8 +53,6 @@ static void usage(FILE *out) {
         "      --strict-model        answer 400 \"Unknown model: X\" to a request whose \"model\"\n"
         "                            is not one of those names (default: the loaded model\n"
         "                            answers whatever is asked for)\n"
-        "  -c, --ctx-size N          token budget per request; 0 = 16384 capped at the\n"
-        "                            model's context (default 0)\n"
         "      --confidence KIND     typesafe | reference (default typesafe)\n"
         "      --explain             add the \"clef\" explanation object to answers\n"
         "\n"
@@ -54,11 +63,35 @@ static void usage(FILE *out) {
         "      --api-key KEY[,KEY]   require \"Authorization: Bearer KEY\" on /v1/ routes;\n"
         "                            repeatable (default: no key, everyone is served)\n"
         "      --api-key-file FILE   read keys from FILE, one per line\n"
-        "      --max-body BYTES      largest request body, K/M suffixes allowed; larger → 413\n"
-        "                            (default %zu)\n"
-        "      --timeout S           idle connection timeout in seconds, 0 = none (default %d)\n"
         "      --max-connections N   open connections at once (default %d)\n"
         "      --threads-http N      HTTP I/O threads (default %d)\n"
+        "\n"
+        "limits (a request over one is refused with a detail naming the limit):\n"
+        "      --max-body BYTES      largest request body, K/M suffixes allowed; larger → 413\n"
+        "                            (default %zu)\n"
+        "      --max-questions N     questions per request; more → 400 \"Too many questions.\n"
+        "                            Must have at most N questions.\" (default %d)\n"
+        "      --max-choices N       options of a choice question; more → 400 \"Too many\n"
+        "                            choices. ...\" (default %d, the System One limit)\n"
+        "      --max-depth N         JSON nesting depth of a body, 1..%d; deeper → 400\n"
+        "                            \"Request body is nested too deeply\" (default %d)\n"
+        "  -c, --ctx-size N          token budget per request (prompt + state tokens); a\n"
+        "                            state is cut to fit, a schema that does not fit → 400\n"
+        "                            max_tokens_exceeded; 0 = 16384 capped at the model's\n"
+        "                            context (default 0)\n"
+        "      --header-timeout S    a connection must deliver a request's headers within S\n"
+        "                            seconds of opening or of its previous answer, else it\n"
+        "                            is closed (slow clients, idle keep-alive); 0 = no limit\n"
+        "                            (default %s)\n"
+        "      --request-timeout S   from its headers, a request's body must arrive and a\n"
+        "                            decision worker must start it within S seconds: a slow\n"
+        "                            body's connection is closed, a request still queued gets\n"
+        "                            529 with retry-after.  A decision already computing is\n"
+        "                            not interrupted (-c bounds its cost); 0 = no limit\n"
+        "                            (default %s)\n"
+        "      --timeout S           idle timeout: a connection with no traffic either way\n"
+        "                            for S seconds is closed (not counted while its request\n"
+        "                            waits for or runs in a worker); 0 = none (default %d)\n"
         "\n"
         "compute:\n"
         "  -t, --threads N           compute threads of the model, 0 = all cores (default 0)\n"
@@ -70,8 +103,9 @@ static void usage(FILE *out) {
         "\n"
         "  -v, --verbose             log one line per request on stderr\n"
         "  -h, --help                this text\n",
-        d.host, d.port, d.max_body, d.timeout_s, d.max_connections, d.http_threads, d.workers,
-        d.queue, d.drain_timeout_s);
+        d.host, d.port, d.max_connections, d.http_threads, d.max_body,
+        REQ_DEFAULT_MAX_QUESTIONS, REQ_MAX_CHOICES, REQ_MAX_DEPTH_LIMIT, PYJSON_DEFAULT_MAX_DEPTH,
+        hto, rto, d.timeout_s, d.workers, d.queue, d.drain_timeout_s);
 }
 
 typedef struct serve_args {
@@ -80,9 +114,10 @@ typedef struct serve_args {
     size_t n_key_files;
     srv_keys keys;
     int port, threads, workers, queue, http_threads, ctx_size, timeout_s, max_connections;
+    int max_questions, max_choices, max_depth;
     size_t max_body;
-    double drain_timeout_s;
-    bool strict_model, explain, verbose;
+    double drain_timeout_s, header_timeout_s, request_timeout_s;
+    bool strict_model, explain, verbose, mmap;
 } serve_args;
 
 static bool parse_int(const char *flag, const char *s, int lo, int hi, int *out) {
@@ -133,7 +168,8 @@ static bool takes_value(const char *f) {
         "-m", "--model", "-a", "--alias", "--description", "--release-date", "--host",
         "--confidence", "--port", "-t", "--threads", "-np", "--parallel", "--workers", "--queue",
         "--threads-http", "-c", "--ctx-size", "--timeout", "--max-connections", "--max-body",
-        "--drain-timeout", "--api-key", "--api-key-file"};
+        "--drain-timeout", "--api-key", "--api-key-file", "--max-questions", "--max-choices",
+        "--max-depth", "--header-timeout", "--request-timeout"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(f, flags[i])) return true;
     return false;
@@ -145,7 +181,9 @@ static int parse_args(int argc, char **argv, serve_args *a) {
     *a = (serve_args){.host = d.host, .port = d.port, .workers = d.workers, .queue = d.queue,
                       .http_threads = d.http_threads, .timeout_s = d.timeout_s,
                       .max_connections = d.max_connections, .max_body = d.max_body,
-                      .drain_timeout_s = d.drain_timeout_s, .confidence = "typesafe"};
+                      .drain_timeout_s = d.drain_timeout_s, .confidence = "typesafe",
+                      .header_timeout_s = d.header_timeout_s,
+                      .request_timeout_s = d.request_timeout_s};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
 #define IS(a_, b_) flag_is(f, a_, b_)
@@ -153,6 +191,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         if (IS("--strict-model", NULL)) { a->strict_model = true; continue; }
         if (IS("--explain", NULL)) { a->explain = true; continue; }
         if (IS("-v", "--verbose")) { a->verbose = true; continue; }
+        if (IS("--mmap", NULL)) { a->mmap = true; continue; }
         if (!takes_value(f)) {
             fprintf(stderr, "clef serve: unknown flag '%s' (see --help)\n", f);
             return 2;
@@ -180,6 +219,11 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         else if (IS("--max-connections", NULL)) ok = parse_int(f, v, 1, 1 << 20, &a->max_connections);
         else if (IS("--max-body", NULL)) ok = parse_size(f, v, &a->max_body);
         else if (IS("--drain-timeout", NULL)) ok = parse_seconds(f, v, &a->drain_timeout_s);
+        else if (IS("--header-timeout", NULL)) ok = parse_seconds(f, v, &a->header_timeout_s);
+        else if (IS("--request-timeout", NULL)) ok = parse_seconds(f, v, &a->request_timeout_s);
+        else if (IS("--max-questions", NULL)) ok = parse_int(f, v, 1, 1 << 24, &a->max_questions);
+        else if (IS("--max-choices", NULL)) ok = parse_int(f, v, 1, 1 << 16, &a->max_choices);
+        else if (IS("--max-depth", NULL)) ok = parse_int(f, v, 1, REQ_MAX_DEPTH_LIMIT, &a->max_depth);
         else if (IS("--api-key", NULL)) {
             if (srv_keys_add_list(&a->keys, v, &err) != CLEF_OK) {
                 fprintf(stderr, "clef serve: %s\n", err.message);
@@ -291,6 +335,7 @@ static int run(serve_args *a) {
 
     clef_model_params mp = clef_model_default_params();
     mp.n_threads = a->threads;
+    mp.no_mmap = !a->mmap;   /* a server outlives edits to its file: copy by default */
     clef_model *model = NULL;
     clef_error err;
     if (clef_model_load(a->model_path, &mp, &model, &err) != CLEF_OK) {
@@ -321,6 +366,8 @@ static int run(serve_args *a) {
     cfg.queue = a->queue;
     cfg.max_body = a->max_body;
     cfg.timeout_s = a->timeout_s;
+    cfg.header_timeout_s = a->header_timeout_s;
+    cfg.request_timeout_s = a->request_timeout_s;
     cfg.max_connections = a->max_connections;
     cfg.drain_timeout_s = a->drain_timeout_s;
     cfg.keys = &a->keys;
@@ -332,6 +379,9 @@ static int run(serve_args *a) {
     cfg.strict_model = a->strict_model;
     cfg.decide = clef_decide_default_options();
     cfg.decide.max_length = a->ctx_size;
+    cfg.decide.max_questions = a->max_questions;
+    cfg.decide.max_choices = a->max_choices;
+    cfg.decide.max_depth = a->max_depth;
     cfg.decide.explain = a->explain;
     cfg.decide.confidence =
         strcmp(a->confidence, "reference") ? CLEF_CONFIDENCE_TYPESAFE : CLEF_CONFIDENCE_REFERENCE;

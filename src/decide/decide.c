@@ -238,10 +238,19 @@ clef_status dec_prepare(const clef_model *m, const char *json, size_t len,
         return clef_err_set(err, CLEF_ERR_INVALID_ARG,
                             "max_length %d is outside 1..%d (the model's context length)",
                             o->max_length, n_ctx);
+    if (o->max_questions < 0 || o->max_choices < 0 || o->max_depth < 0 ||
+        o->max_depth > REQ_MAX_DEPTH_LIMIT)
+        return clef_err_set(err, CLEF_ERR_INVALID_ARG,
+                            "request limits must be 0 (default) or positive, max_depth at most "
+                            "%d (got max_questions %d, max_choices %d, max_depth %d)",
+                            REQ_MAX_DEPTH_LIMIT, o->max_questions, o->max_choices, o->max_depth);
 
     double t = dec_now_ms();
     accept_list accept = {o};
     req_params params = req_default_params();
+    if (o->max_depth > 0) params.max_depth = o->max_depth;
+    if (o->max_questions > 0) params.max_questions = o->max_questions;
+    if (o->max_choices > 0) params.max_choices = o->max_choices;
     if (o->n_accept_models > 0) {
         params.model_known = model_is_accepted;
         params.model_known_user = &accept;

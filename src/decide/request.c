@@ -26,7 +26,19 @@ const char *req_type_name(req_type type) {
 }
 
 req_params req_default_params(void) {
-    return (req_params){.max_depth = PYJSON_DEFAULT_MAX_DEPTH};
+    return (req_params){.max_depth = PYJSON_DEFAULT_MAX_DEPTH,
+                        .max_questions = REQ_DEFAULT_MAX_QUESTIONS,
+                        .max_choices = REQ_MAX_CHOICES};
+}
+
+/* Zeros (and a depth past what jansson parses) become the defaults / cap. */
+static req_params params_in_force(const req_params *params) {
+    req_params p = params ? *params : req_default_params();
+    if (p.max_depth <= 0) p.max_depth = PYJSON_DEFAULT_MAX_DEPTH;
+    if (p.max_depth > REQ_MAX_DEPTH_LIMIT) p.max_depth = REQ_MAX_DEPTH_LIMIT;
+    if (p.max_questions <= 0) p.max_questions = REQ_DEFAULT_MAX_QUESTIONS;
+    if (p.max_choices <= 0) p.max_choices = REQ_MAX_CHOICES;
+    return p;
 }
 
 /* ---- refusal bodies ------------------------------------------------------- */
@@ -288,8 +300,10 @@ static bool py_truthy(const json_t *v) {
 }
 
 /* NULL when the question is within limits, else the plain-string detail:
- * *with_id says whether the id must follow the returned text. */
-static const char *limit_error(json_t *q, bool *with_id) {
+ * *with_id says whether the id must follow the returned text.  buf holds a
+ * detail that names a configured number. */
+static const char *limit_error(json_t *q, size_t max_choices, char *buf, size_t cap,
+                               bool *with_id) {
     json_t *crit = json_object_get(q, "criteria");
     *with_id = true;
     switch (type_of(json_object_get(q, "type"))) {
@@ -302,9 +316,9 @@ static const char *limit_error(json_t *q, bool *with_id) {
     case REQ_CHOICE:
         if (json_object_size(crit) == 0) return "Choice question must have at least one choice: ";
         *with_id = false;
-        if (json_object_size(crit) > REQ_MAX_CHOICES)
-            return "Too many choices. Must have at most 255 choices.";
-        return NULL;
+        if (json_object_size(crit) <= max_choices) return NULL;
+        snprintf(buf, cap, "Too many choices. Must have at most %zu choices.", max_choices);
+        return buf;
     case REQ_SCORE:
         *with_id = false;
         if (json_array_size(crit) > REQ_MAX_SCORE_LEVELS)
@@ -457,18 +471,34 @@ static clef_status validate(json_t *body, const req_params *p, req_reject *rejec
     }
     json_decref(c.errors);
 
-    const char *model = json_string_value(json_object_get(body, "model"));
-    if (p->model_known && !p->model_known(model, p->model_known_user)) {
+    json_t *model_v = json_object_get(body, "model");
+    const char *model = json_string_value(model_v);
+    size_t model_len = json_string_length(model_v);
+    /* A name with a NUL in it is no configured name (a C comparison would
+     * stop at the NUL); the message shows it whole. */
+    if (p->model_known &&
+        (model_len != strlen(model) || !p->model_known(model, p->model_known_user))) {
         static const char pre[] = "Unknown model: ";
-        char *msg = malloc(sizeof pre + strlen(model));
+        char *msg = malloc(sizeof pre + model_len);
         if (!msg) return clef_err_set(err, CLEF_ERR_NOMEM, "out of memory");
         memcpy(msg, pre, sizeof pre - 1);
-        strcpy(msg + sizeof pre - 1, model);
-        clef_status st = req_reject_typed(400, "api_usage_error", msg, reject, err);
+        memcpy(msg + sizeof pre - 1, model, model_len);
+        clef_status st = reject_from(400,
+                                     json_pack("{s:{s:s,s:s%}}", "detail", "error_type",
+                                               "api_usage_error", "message", msg,
+                                               sizeof pre - 1 + model_len),
+                                     reject, err);
         free(msg);
         return st == CLEF_OK ? CLEF_ERR_REQUEST : st;
     }
     json_t *qs = json_object_get(body, "questions");
+    if (json_object_size(qs) > (size_t)p->max_questions) {
+        char text[96];
+        snprintf(text, sizeof text, "Too many questions. Must have at most %d questions.",
+                 p->max_questions);
+        clef_status st = req_reject_text(400, text, reject, err);
+        return st == CLEF_OK ? CLEF_ERR_REQUEST : st;
+    }
     const char *id;
     json_t *q;
     json_object_foreach(qs, id, q) {
@@ -479,7 +509,8 @@ static clef_status validate(json_t *body, const req_params *p, req_reject *rejec
     }
     json_object_foreach(qs, id, q) {
         bool with_id;
-        const char *msg = limit_error(q, &with_id);
+        char buf[96];
+        const char *msg = limit_error(q, (size_t)p->max_choices, buf, sizeof buf, &with_id);
         if (!msg) continue;
         size_t n = strlen(msg), m = with_id ? strlen(id) : 0;
         char *text = malloc(n + m + 1);
@@ -496,7 +527,7 @@ static clef_status validate(json_t *body, const req_params *p, req_reject *rejec
 
 clef_status req_from_json(json_t *body, const req_params *params, req_request *out,
                           req_reject *reject, clef_error *err) {
-    req_params p = params ? *params : req_default_params();
+    req_params p = params_in_force(params);
     *out = (req_request){0};
     *reject = (req_reject){0};
     if (!body) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "req_from_json: NULL body");
@@ -507,7 +538,7 @@ clef_status req_from_json(json_t *body, const req_params *params, req_request *o
 
 clef_status req_parse(const char *json, size_t len, const req_params *params,
                       req_request *out, req_reject *reject, clef_error *err) {
-    req_params p = params ? *params : req_default_params();
+    req_params p = params_in_force(params);
     *out = (req_request){0};
     *reject = (req_reject){0};
     char why[256];

@@ -21,11 +21,15 @@
  *     {"detail":{"error_type":"api_usage_error","message":"Invalid request."}}.
  *  3. The model name, when params->model_known is set: 400 api_usage_error
  *     "Unknown model: <name>".
- *  4. Limits, in question order (plain-string details): an empty question id
+ *  4. Limits (plain-string details): more than max_questions questions
+ *     ("Too many questions. Must have at most 256 questions."); then in
+ *     question order: an empty question id
  *     ("Question key cannot be empty.", checked over all ids first); a noul
  *     whose instructions and criteria sides are all empty in Python's sense
- *     (absent, null, "", [], {}); a choice with 0 or more than 255 options; a
- *     score with more than 10 levels.
+ *     (absent, null, "", [], {}); a choice with 0 or more than max_choices
+ *     options (default 255: "Too many choices. Must have at most 255
+ *     choices."); a score with more than 10 levels.
+ *     With model_known set, a model name containing NUL is unknown.
  * Unknown fields inside a question or inside noul criteria are ignored.
  *
  * Option order is the RENDERED (model) order of clef-model.md §2:
@@ -45,8 +49,10 @@
 
 #include "clef.h"
 
-#define REQ_MAX_CHOICES 255
+#define REQ_MAX_CHOICES 255          /* the contract's limit: the default of max_choices */
 #define REQ_MAX_SCORE_LEVELS 10
+#define REQ_DEFAULT_MAX_QUESTIONS 256
+#define REQ_MAX_DEPTH_LIMIT 2048     /* jansson's own parser limit: no higher max_depth   */
 
 typedef enum req_type {
     REQ_NOUL = 0,      /* also the head's type id */
@@ -92,7 +98,10 @@ typedef struct req_reject {
 typedef bool (*req_model_known_fn)(const char *name, void *user);
 
 typedef struct req_params {
-    int max_depth;                   /* nesting limit; 0 = PYJSON_DEFAULT_MAX_DEPTH (64) */
+    int max_depth;                   /* nesting limit; 0 = PYJSON_DEFAULT_MAX_DEPTH (64),
+                                        at most REQ_MAX_DEPTH_LIMIT                      */
+    int max_questions;               /* 0 = REQ_DEFAULT_MAX_QUESTIONS                    */
+    int max_choices;                 /* 0 = REQ_MAX_CHOICES                              */
     req_model_known_fn model_known;  /* NULL: any model name is accepted                 */
     void *model_known_user;
 } req_params;

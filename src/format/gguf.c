@@ -1,6 +1,6 @@
 /*
- * format/gguf.c — the GGUF v2/v3 reader: map, validate everything, then
- * serve lookups that can no longer fail on bounds.
+ * format/gguf.c — the GGUF v2/v3 reader: map (or copy), validate
+ * everything, then serve lookups that can no longer fail on bounds.
  *
  * Parsing walks the header once with a bounds-checked cursor.  Every length
  * and count is checked against the bytes that remain before it is used, so a
@@ -34,7 +34,8 @@
 struct gguf_file {
     const uint8_t *base;
     size_t size;
-    bool mapped;              /* base came from mmap and is unmapped at close */
+    bool mapped;              /* base came from mmap (of the file, or anonymous
+                                 holding its copy) and is unmapped at close */
     uint32_t version;
     uint64_t alignment;
     uint64_t data_offset;     /* start of the tensor data section             */
@@ -521,7 +522,33 @@ clef_status gguf_open_memory(const void *data, size_t size, gguf_file **out, cle
     return open_common(f, out, err);
 }
 
-clef_status gguf_open(const char *path, gguf_file **out, clef_error *err) {
+/* The whole file read into anonymous memory (page-aligned, so tensor data
+ * keeps the file's alignment).  The size read must be the size fstat gave:
+ * a file that shrinks while we read is refused, one that grows is cut. */
+static clef_status read_whole(int fd, const char *path, size_t size, void **out,
+                              clef_error *err) {
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return clef_err_set(err, CLEF_ERR_NOMEM, "%s: no memory to copy the file (%zu bytes): %s",
+                            path, size, strerror(errno));
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = pread(fd, (char *)m + got, size - got, (off_t)got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            int e = n < 0 ? errno : 0;
+            munmap(m, size);
+            return clef_err_set(err, CLEF_ERR_IO, "%s: read failed at byte %zu of %zu: %s", path,
+                                got, size, e ? strerror(e) : "the file shrank while loading");
+        }
+        got += (size_t)n;
+    }
+    mprotect(m, size, PROT_READ);   /* a gguf_file is immutable: keep it so */
+    *out = m;
+    return CLEF_OK;
+}
+
+static clef_status open_path(const char *path, bool copy, gguf_file **out, clef_error *err) {
     if (!out || !path) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "gguf_open: NULL argument");
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -537,7 +564,17 @@ clef_status gguf_open(const char *path, gguf_file **out, clef_error *err) {
         return clef_err_set(err, CLEF_ERR_NOMEM, "out of memory opening %s", path);
     }
     f->size = (size_t)sb.st_size;
-    if (f->size > 0) {
+    if (f->size > 0 && copy) {
+        void *m = NULL;
+        clef_status st = read_whole(fd, path, f->size, &m, err);
+        if (st != CLEF_OK) {
+            close(fd);
+            free(f);
+            return st;
+        }
+        f->base = m;
+        f->mapped = true;
+    } else if (f->size > 0) {
         void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
             int e = errno;
@@ -554,6 +591,14 @@ clef_status gguf_open(const char *path, gguf_file **out, clef_error *err) {
     clef_status st = open_common(f, out, err);
     if (st) clef_err_wrap(err, "%s", path);
     return st;
+}
+
+clef_status gguf_open(const char *path, gguf_file **out, clef_error *err) {
+    return open_path(path, false, out, err);
+}
+
+clef_status gguf_open_copy(const char *path, gguf_file **out, clef_error *err) {
+    return open_path(path, true, out, err);
 }
 
 void gguf_close(gguf_file *f) {

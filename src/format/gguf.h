@@ -59,8 +59,16 @@ typedef struct gguf_tensor {
 
 typedef struct gguf_file gguf_file;
 
-/* Map and validate path.  On failure *out is NULL and err names the problem. */
+/* Map and validate path.  On failure *out is NULL and err names the problem.
+ * The mapping shares the page cache, but a file truncated while it is open
+ * makes the next read of a vanished page kill the process with SIGBUS. */
 clef_status gguf_open(const char *path, gguf_file **out, clef_error *err);
+
+/* The same, but the whole file is read into anonymous memory owned by the
+ * gguf_file (page-aligned, so alignment is as with gguf_open): it costs RAM
+ * for the whole file, and the file may then be truncated, rewritten or
+ * removed without affecting the open gguf_file. */
+clef_status gguf_open_copy(const char *path, gguf_file **out, clef_error *err);
 
 /* The same, over a caller-owned buffer (kept, not copied, until gguf_close):
  * the tests and fuzzers use it to parse files they build in memory.  Tensor

@@ -212,7 +212,8 @@ clef_status clef_model_load(const char *path, const clef_model_params *params,
 
     clef_model *m = calloc(1, sizeof *m);
     if (!m) return clef_err_set(err, CLEF_ERR_NOMEM, "out of memory");
-    clef_status st = gguf_open(path, &m->gguf, err);
+    clef_status st = params->no_mmap ? gguf_open_copy(path, &m->gguf, err)
+                                     : gguf_open(path, &m->gguf, err);
     if (st == CLEF_OK) st = read_arch(m, err);
     if (st == CLEF_OK) st = read_name(m, path, err);
     if (st == CLEF_OK) st = tp_create(params->n_threads, &m->pool, err);

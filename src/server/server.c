@@ -15,6 +15,15 @@
  * Suspended connections are not polled by libmicrohttpd, so they can only be
  * closed by us: a worker or a queue sweep that finds the peer gone marks the
  * request CANCELLED and resumes it; the handler then drops the connection.
+ *
+ * Deadlines (server.h, "Time limits"): every open connection has a srv_conn
+ * (libmicrohttpd's socket context) holding the moment its current phase
+ * must end.  The reaper thread shuts down the socket of a connection past
+ * it; libmicrohttpd then sees the socket fail and closes the connection
+ * through its usual path (the fd stays ours to touch until NOTIFY_CLOSED,
+ * which unlinks the srv_conn under conns_mu before libmicrohttpd closes it).
+ * Queued requests past the request deadline are taken out of the queue and
+ * answered 529 (state TIMEDOUT), as cancelled ones are resumed.
  */
 #include "server/server.h"
 
@@ -40,6 +49,7 @@
 #include "server/srv_queue.h"
 
 #define REQUEST_ID_LEN 36   /* "req_" + 32 hex */
+#define REAPER_TICK_MS 100  /* how often deadlines and departed clients are checked */
 
 enum req_state {
     REQ_NEW,
@@ -48,13 +58,22 @@ enum req_state {
     REQ_QUEUED,     /* waiting for or inside a worker (connection suspended)  */
     REQ_DONE,       /* the worker's answer is stored                           */
     REQ_CANCELLED,  /* the client left while waiting                           */
+    REQ_TIMEDOUT,   /* waited past the request timeout: answer 529             */
     REQ_ANSWERED,   /* a response is queued                                    */
 };
+
+/* One open connection (its libmicrohttpd socket context). */
+typedef struct srv_conn {
+    struct srv_conn *prev, *next;
+    int fd;
+    double deadline;            /* monotonic ms; 0 = none; guarded by conns_mu */
+} srv_conn;
 
 typedef struct srv_request {
     srv_job job;                /* first member: the queue hands back &job */
     srv_server *srv;
     struct MHD_Connection *conn;
+    srv_conn *sc;               /* its connection's record; NULL if untracked */
     int fd;                     /* the client socket, for the disconnect check */
     char id[REQUEST_ID_LEN + 1];
     srv_route route;
@@ -86,6 +105,12 @@ struct srv_server {
     atomic_bool draining;
     bool queue_started, stopped, drained;
     char *models_body;          /* prebuilt GET /v1/models answer */
+    char *timeout_body;         /* prebuilt 529 body of a request timeout */
+    pthread_mutex_t conns_mu;   /* guards conns, every srv_conn and reaper_stop */
+    pthread_cond_t reaper_cv;   /* reaper_stop was set */
+    srv_conn *conns;            /* open connections */
+    pthread_t reaper;
+    bool reaper_started, reaper_stop;
     const char **accept;        /* --strict-model: model_names + model_extra_name */
     size_t n_accept;
 };
@@ -171,6 +196,45 @@ static char *dump_json(json_t *obj) {
     return text;
 }
 
+/* ---- connection deadlines --------------------------------------------------- */
+
+/* Set c's deadline to from_ms + timeout_s (none when timeout_s is 0). */
+static void conn_deadline(srv_server *s, srv_conn *c, double from_ms, double timeout_s) {
+    if (!c) return;
+    pthread_mutex_lock(&s->conns_mu);
+    c->deadline = timeout_s > 0 ? from_ms + timeout_s * 1e3 : 0;
+    pthread_mutex_unlock(&s->conns_mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    srv_server *s = cls;
+    srv_conn *c = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        c = calloc(1, sizeof *c);
+        *socket_context = c;
+        if (!c) return;   /* untracked: only the idle timeout applies to it */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        c->fd = ci ? ci->connect_fd : -1;
+        pthread_mutex_lock(&s->conns_mu);
+        double t = s->cfg.header_timeout_s;
+        c->deadline = t > 0 ? now_ms() + t * 1e3 : 0;
+        c->next = s->conns;
+        if (s->conns) s->conns->prev = c;
+        s->conns = c;
+        pthread_mutex_unlock(&s->conns_mu);
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && c) {
+        pthread_mutex_lock(&s->conns_mu);
+        if (c->prev) c->prev->next = c->next;
+        else s->conns = c->next;
+        if (c->next) c->next->prev = c->prev;
+        pthread_mutex_unlock(&s->conns_mu);
+        free(c);
+        *socket_context = NULL;
+    }
+}
+
 /* ---- responses ------------------------------------------------------------ */
 
 typedef struct header {
@@ -203,6 +267,7 @@ static enum MHD_Result respond(srv_request *r, const char *method, const char *u
     for (size_t i = 0; i < n_extra; i++) MHD_add_response_header(resp, extra[i].name, extra[i].value);
     if (atomic_load(&r->srv->draining))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    conn_deadline(r->srv, r->sc, 0, 0);   /* answering: only the idle timeout from here */
     enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     atomic_store(&r->state, REQ_ANSWERED);
@@ -288,6 +353,13 @@ static bool job_peer_closed(srv_job *job, void *ctx) {
     return peer_closed(((srv_request *)job)->fd);
 }
 
+/* ctx: the current monotonic ms. */
+static bool job_expired(srv_job *job, void *ctx) {
+    const srv_request *r = (const srv_request *)job;
+    double t = r->srv->cfg.request_timeout_s;
+    return t > 0 && *(const double *)ctx >= r->t_arrival + t * 1e3;
+}
+
 static bool job_any(srv_job *job, void *ctx) {
     (void)job;
     (void)ctx;
@@ -302,16 +374,29 @@ static void cancel(srv_request *r) {
     MHD_resume_connection(r->conn);
 }
 
-static size_t cancel_jobs(srv_server *s, srv_job_pred pred) {
+/* A waiting request past its deadline: the HTTP thread answers 529. */
+static void time_out(srv_request *r) {
+    atomic_store(&r->state, REQ_TIMEDOUT);
+    MHD_resume_connection(r->conn);
+}
+
+/* Take the waiting jobs pred(job, ctx) selects out of the queue and hand
+ * each to finish (cancel or time_out).  Returns how many. */
+static size_t finish_jobs(srv_server *s, srv_job_pred pred, void *ctx,
+                          void (*finish)(srv_request *)) {
     size_t n = 0;
-    srv_job *job = srv_queue_remove_if(&s->queue, pred, NULL);
+    srv_job *job = srv_queue_remove_if(&s->queue, pred, ctx);
     while (job) {
         srv_job *next = job->next;
-        cancel((srv_request *)job);
+        finish((srv_request *)job);
         job = next;
         n++;
     }
     return n;
+}
+
+static size_t cancel_jobs(srv_server *s, srv_job_pred pred) {
+    return finish_jobs(s, pred, NULL, cancel);
 }
 
 static void run_decision(srv_request *r) {
@@ -348,6 +433,10 @@ static void run_job(srv_job *job, void *ctx) {
         cancel(r);
         return;
     }
+    if (job_expired(job, &r->t_start)) {
+        time_out(r);
+        return;
+    }
     run_decision(r);
     r->t_end = now_ms();
     atomic_store(&r->state, REQ_DONE);
@@ -363,6 +452,7 @@ static void suspend_request(void *arg) {
 static enum MHD_Result submit(srv_request *r, const char *method, const char *url) {
     srv_server *s = r->srv;
     r->t_queued = now_ms();
+    conn_deadline(s, r->sc, 0, 0);   /* the queue keeps the request deadline from here */
     if (srv_queue_push(&s->queue, &r->job, suspend_request, r)) return MHD_YES;
     /* Full: clients that gave up while waiting still hold slots; free them. */
     if (cancel_jobs(s, job_peer_closed) > 0 && srv_queue_push(&s->queue, &r->job, suspend_request, r))
@@ -506,6 +596,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         r->fd = ci ? ci->connect_fd : -1;
+        ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        r->sc = ci ? ci->socket_context : NULL;
+        conn_deadline(s, r->sc, r->t_arrival, s->cfg.request_timeout_s);   /* the body's */
         r->route = SRV_ROUTE_OTHER;
         atomic_store(&r->state, REQ_NEW);
         *con_cls = r;
@@ -525,6 +618,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     case REQ_VERDICT: return *size ? discard(r, size) : send_verdict(r, method, url);
     case REQ_BODY: return receive_body(r, data, size, method, url);
     case REQ_DONE: return answer_decision(r, method, url);
+    case REQ_TIMEDOUT: return respond_retry(r, method, url, 529, s->timeout_body);
     case REQ_ANSWERED:   /* answered early: let the rest of the body go by */
         *size = 0;
         return MHD_YES;
@@ -540,6 +634,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     srv_request *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
+    /* Keep-alive: the next request's headers are due within the header timeout. */
+    conn_deadline(s, r->sc, now_ms(), s->cfg.header_timeout_s);
     free(r->body);
     free(r->out);
     if (r->has_result) s->backend.result_free(s->backend.ctx, &r->result);
@@ -560,6 +656,56 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     fflush(s->cfg.log);
 }
 
+/* ---- the reaper ------------------------------------------------------------ */
+
+/* Connections past their deadline get their socket shut down; queued
+ * requests whose client left are dropped, those past the request timeout
+ * answered 529.  Runs until reaper_stop. */
+static void *reaper_main(void *arg) {
+    srv_server *s = arg;
+    pthread_mutex_lock(&s->conns_mu);
+    while (!s->reaper_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += REAPER_TICK_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->reaper_cv, &s->conns_mu, &ts);
+        if (s->reaper_stop) break;
+        double now = now_ms();
+        for (srv_conn *c = s->conns; c; c = c->next) {
+            if (c->deadline <= 0 || now < c->deadline || c->fd < 0) continue;
+            c->deadline = 0;
+            shutdown(c->fd, SHUT_RDWR);
+            srv_metrics_count_timed_out(&s->metrics);
+        }
+        pthread_mutex_unlock(&s->conns_mu);
+        cancel_jobs(s, job_peer_closed);
+        finish_jobs(s, job_expired, &now, time_out);
+        pthread_mutex_lock(&s->conns_mu);
+    }
+    pthread_mutex_unlock(&s->conns_mu);
+    return NULL;
+}
+
+static clef_status start_reaper(srv_server *s, clef_error *err) {
+    int rc = pthread_create(&s->reaper, NULL, reaper_main, s);
+    if (rc != 0)
+        return clef_err_set(err, CLEF_ERR_INTERNAL, "cannot start the server's reaper thread: %s",
+                            strerror(rc));
+    s->reaper_started = true;
+    return CLEF_OK;
+}
+
+static void stop_reaper(srv_server *s) {
+    if (!s->reaper_started) return;
+    pthread_mutex_lock(&s->conns_mu);
+    s->reaper_stop = true;
+    pthread_cond_signal(&s->reaper_cv);
+    pthread_mutex_unlock(&s->conns_mu);
+    pthread_join(s->reaper, NULL);
+    s->reaper_started = false;
+}
+
 /* ---- start and stop ------------------------------------------------------- */
 
 srv_config srv_default_config(void) {
@@ -570,7 +716,9 @@ srv_config srv_default_config(void) {
         .workers = 1,
         .queue = 64,
         .max_body = 1u << 20,
-        .timeout_s = 600,
+        .timeout_s = 60,
+        .header_timeout_s = 30,
+        .request_timeout_s = 60,
         .max_connections = 256,
         .drain_timeout_s = 30,
         /* .decide stays zeroed (= clef_decide_default_options()): the server
@@ -632,6 +780,8 @@ static clef_status check_config(const srv_config *c, clef_error *err) {
     if (c->max_body < 1) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "--max-body must be at least 1 byte");
     if (c->max_connections < 1) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "--max-connections must be at least 1 (got %d)", c->max_connections);
     if (c->timeout_s < 0) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "--timeout must be 0 or more (got %d)", c->timeout_s);
+    if (!(c->header_timeout_s >= 0)) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "--header-timeout must be 0 or more (got %g)", c->header_timeout_s);
+    if (!(c->request_timeout_s >= 0)) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "--request-timeout must be 0 or more (got %g)", c->request_timeout_s);
     if (c->port < 0 || c->port > 65535) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "--port %d is not a TCP port", c->port);
     if (c->n_model_names < 1) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "the server needs a model name to report");
     return CLEF_OK;
@@ -644,6 +794,7 @@ static clef_status start_daemon(srv_server *s, clef_error *err) {
         {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, s},   /* first, or MHD complains */
         {MHD_OPTION_LISTEN_SOCKET, s->listen_fd, NULL},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
+        {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, s},
         {MHD_OPTION_CONNECTION_TIMEOUT, c->timeout_s, NULL},
         {MHD_OPTION_CONNECTION_LIMIT, c->max_connections, NULL},
         {c->http_threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, c->http_threads, NULL},
@@ -674,17 +825,24 @@ clef_status srv_start(const srv_config *cfg, const srv_backend *backend, srv_ser
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->changed, &ca);
+    pthread_cond_init(&s->reaper_cv, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&s->conns_mu, NULL);
     srv_metrics_init(&s->metrics);
     s->models_body = build_models_body(&s->cfg);
     s->accept = calloc(cfg->n_model_names + 1, sizeof *s->accept);
-    if (!s->models_body || !s->accept)
+    if (asprintf(&s->timeout_body,
+                 "{\"detail\":\"Server overloaded: the request waited longer than the %g s request "
+                 "timeout for a decision worker. Retry later.\"}", cfg->request_timeout_s) < 0)
+        s->timeout_body = NULL;
+    if (!s->models_body || !s->accept || !s->timeout_body)
         st = clef_err_set(err, CLEF_ERR_NOMEM, "out of memory starting the server");
     for (size_t i = 0; s->accept && i < cfg->n_model_names; i++) s->accept[s->n_accept++] = cfg->model_names[i];
     if (s->accept && cfg->model_extra_name) s->accept[s->n_accept++] = cfg->model_extra_name;
     if (st == CLEF_OK)
         st = srv_queue_start(&s->queue, (size_t)cfg->workers, (size_t)cfg->queue, run_job, s, err);
     s->queue_started = st == CLEF_OK;
+    if (st == CLEF_OK) st = start_reaper(s, err);
     if (st == CLEF_OK) st = open_listener(cfg->host, cfg->port, &s->listen_fd, &s->port, err);
     if (st == CLEF_OK) st = start_daemon(s, err);
     if (st != CLEF_OK) {
@@ -732,6 +890,7 @@ bool srv_shutdown(srv_server *s) {
         cancel_jobs(s, job_any);
         srv_queue_wait_idle(&s->queue);
     }
+    stop_reaper(s);   /* before the daemon goes: it resumes connections */
     if (s->mhd) MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
     if (s->queue_started) srv_queue_stop(&s->queue);
@@ -743,7 +902,10 @@ void srv_free(srv_server *s) {
     if (!s) return;
     srv_shutdown(s);
     free(s->models_body);
+    free(s->timeout_body);
     free(s->accept);
+    pthread_cond_destroy(&s->reaper_cv);
+    pthread_mutex_destroy(&s->conns_mu);
     srv_metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->mu);

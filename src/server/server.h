@@ -23,11 +23,27 @@
  * Concurrency: requests that pass auth and size checks wait in a bounded
  * queue for `workers` decision threads; when workers + queue are all taken
  * the answer is 529 with retry-after.  A waiting request whose client has
- * closed its connection is dropped (checked when a worker takes it and
- * whenever the queue is full; a client that half-closes its sending side
- * after the request counts as gone).  A decision already computing runs to
- * its end.  srv_shutdown stops accepting connections,
+ * closed its connection is dropped (checked when a worker takes it, whenever
+ * the queue is full and by the reaper; a client that half-closes its sending
+ * side after the request counts as gone).  A decision already computing runs
+ * to its end.  srv_shutdown stops accepting connections,
  * answers everything already received and then stops.
+ *
+ * Time limits (a reaper thread checks them every 100 ms):
+ *   header_timeout_s   from a connection's opening, or from the end of its
+ *                      previous request (keep-alive), to the end of the next
+ *                      request's headers; past it the connection is closed
+ *                      without an answer (slowloris clients that dribble
+ *                      headers byte by byte; idle keep-alive connections).
+ *   request_timeout_s  from the end of the headers to a decision worker
+ *                      starting the request: the body must arrive in time
+ *                      (else the connection is closed), and a request still
+ *                      waiting in the queue gets 529 with retry-after.  It
+ *                      does not interrupt a decision already computing; what
+ *                      one decision costs is bounded by the token budget.
+ *   timeout_s          libmicrohttpd's idle timeout: no byte in either
+ *                      direction for that long closes the connection (not
+ *                      counted while a request waits for or runs in a worker).
  *
  * Ownership: srv_start borrows cfg's strings, keys and the backend; they
  * must outlive the server.  srv_free releases the server.
@@ -59,7 +75,9 @@ typedef struct srv_config {
     int workers;                /* decision workers (requests computed at once); 1      */
     int queue;                  /* requests that may wait beyond the workers; 64        */
     size_t max_body;            /* largest POST body in bytes, else 413; 1 MiB          */
-    int timeout_s;              /* idle connection timeout; 600                         */
+    int timeout_s;              /* idle connection timeout (s); 60                      */
+    double header_timeout_s;    /* open / previous answer → headers in; 0 = none; 30    */
+    double request_timeout_s;   /* headers in → a worker starts it; 0 = none; 60        */
     int max_connections;        /* open connections at once; 256                        */
     double drain_timeout_s;     /* longest srv_shutdown waits for requests; 30          */
     const srv_keys *keys;       /* NULL or empty = no auth                              */

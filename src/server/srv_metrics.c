@@ -47,6 +47,12 @@ void srv_metrics_count_cancelled(srv_metrics *m) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_count_timed_out(srv_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->timed_out++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void observe(srv_histogram *h, double ms) {
     double s = ms > 0 ? ms / 1000.0 : 0.0;
     int b = 0;
@@ -83,6 +89,10 @@ static void render_requests(FILE *f, const srv_metrics *m) {
     fprintf(f, "# HELP clef_requests_cancelled_total Queued requests dropped because the client left.\n"
                "# TYPE clef_requests_cancelled_total counter\n"
                "clef_requests_cancelled_total %llu\n", (unsigned long long)m->cancelled);
+    fprintf(f, "# HELP clef_connections_timed_out_total Connections closed for sending their "
+               "headers or body too slowly (--header-timeout, --request-timeout).\n"
+               "# TYPE clef_connections_timed_out_total counter\n"
+               "clef_connections_timed_out_total %llu\n", (unsigned long long)m->timed_out);
 }
 
 static void render_tokens(FILE *f, const srv_metrics *m) {

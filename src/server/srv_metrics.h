@@ -7,6 +7,7 @@
  * Families (all prefixed clef_):
  *   requests_total{route,status}          counter, every answered request
  *   requests_cancelled_total               counter, queued requests whose client left
+ *   connections_timed_out_total            counter, connections cut for slow headers/body
  *   tokens_total{kind=input|state|state_used}  counter, from answered decisions
  *   state_cut_total                        counter, decisions whose state was cut
  *   queue_depth / requests_in_flight / queue_capacity / workers   gauges
@@ -53,6 +54,7 @@ typedef struct srv_metrics {
     int status_code[SRV_ROUTE_COUNT][SRV_METRICS_STATUS_SLOTS];   /* 0 = free slot */
     uint64_t status_count[SRV_ROUTE_COUNT][SRV_METRICS_STATUS_SLOTS];
     uint64_t cancelled;
+    uint64_t timed_out;
     uint64_t input_tokens, state_tokens, state_tokens_used, state_cuts;
     srv_histogram stage[SRV_STAGE_COUNT];
 } srv_metrics;
@@ -67,6 +69,7 @@ void srv_metrics_destroy(srv_metrics *m);
 
 void srv_metrics_count_request(srv_metrics *m, srv_route route, int status);
 void srv_metrics_count_cancelled(srv_metrics *m);
+void srv_metrics_count_timed_out(srv_metrics *m);
 /* One answered decision: tokens and per-stage milliseconds (indexed by srv_stage). */
 void srv_metrics_count_decision(srv_metrics *m, int64_t input_tokens, int64_t state_tokens,
                                 int64_t state_tokens_used, const double stage_ms[SRV_STAGE_COUNT]);
