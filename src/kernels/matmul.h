@@ -15,6 +15,25 @@
  * Numerics of the reference path: weights are dequantized to f32 exactly
  * (clef_dequantize_row), activations stay f32, dots accumulate in f32 in
  * 8 interleaved partial sums per 1024-element segment.
+ *
+ * Fast paths (mm_matmul_ex, chosen by a cpu_target; core/cpu.h).  Precision
+ * follows the weights the way llama.cpp's CPU backend does:
+ *   F32 weights     f32 activations, f32 FMA
+ *   BF16 weights    activations rounded to BF16 (dpbf16 on avx512+bf16,
+ *                   else the rounded values in f32 FMA)
+ *   Q8_0, Q4_K, Q5_K, Q6_K   on avx512+vnni: activations quantized to int8
+ *                   in blocks of 32 with one scale each (Q8_0's layout; the
+ *                   scale rounded through f16 for Q8_0 weights as llama.cpp
+ *                   does, f32 for the K-quants, which is finer than llama's
+ *                   Q8_K), integer dots by vpdpbusd; elsewhere dequantized
+ *                   weights with f32 activations
+ *   F16 weights     dequantized, f32 activations
+ * Weights are not repacked at load: each call packs the panel of rows it is
+ * about to use (≤ 192 rows x ≤ 1024 k) into a per-thread buffer in the
+ * kernel's interleaved layout (kernels/simd.h).  That costs one pass over
+ * the weights per call — a few percent at hundreds of tokens — and no
+ * second copy of the model in memory.  Every output element is summed in
+ * an order fixed by the shapes, so results do not depend on the thread count.
  */
 #ifndef CLEF_KERNELS_MATMUL_H
 #define CLEF_KERNELS_MATMUL_H
@@ -23,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/cpu.h"
 #include "core/threadpool.h"
 
 typedef struct mm_weight {
@@ -48,5 +68,39 @@ void mm_get_row(const mm_weight *w, int64_t r, float *dst);
 
 /* f32 dot product with the same summation order as mm_matmul's. */
 float mm_dot(const float *a, const float *b, int64_t n);
+
+/* Scratch of the fast paths: activations converted for the kernel and each
+ * thread's packed panel.  Zero-initialise; the owner frees it
+ * (mm_workspace_free).  One workspace serves one caller at a time. */
+typedef struct mm_workspace {
+    void *buf;
+    size_t cap;
+} mm_workspace;
+
+/* Bytes mm_matmul_ex needs for w, T tokens and n_threads threads (0 for ref). */
+size_t mm_workspace_bytes(const cpu_target *tg, const mm_weight *w, int64_t T, int n_threads);
+/* Grow ws to at least `bytes` (64-byte aligned).  false: out of memory. */
+bool mm_workspace_reserve(mm_workspace *ws, size_t bytes);
+void mm_workspace_free(mm_workspace *ws);
+
+/* y[T, w->out] = x[T, w->in] · Wᵀ on the kernels of tg.  ws may be NULL or
+ * too small: it is grown (a NULL ws is a temporary one); when memory runs
+ * out the reference path computes the product instead. */
+void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const float *x,
+                  float *y, int64_t T, mm_workspace *ws);
+
+/* What tg computes w with: "f32", "bf16" or "int8" (activation precision). */
+const char *mm_precision(const cpu_target *tg, const mm_weight *w);
+
+/* Small dense products on one thread, for attention and the delta rule
+ * (f32; path ref: plain loops, avx2/avx512/amx: register-tiled FMA kernels):
+ *   mm_gemm_nn:  C[i][j] = (add ? C[i][j] : 0) + Σ_k A[i·rsa + k·csa] · B[k·ldb + j]
+ *   mm_gemm_nt:  C[i][j] = (add ? C[i][j] : 0) + Σ_k A[i·lda + k] · B[j·ldb + k]
+ * for i < m, j < n, k < kdim; C row-major with leading dimension ldc.  A's
+ * two strides let mm_gemm_nn read Aᵀ in place (rsa = 1, csa = ld). */
+void mm_gemm_nn(cpu_path path, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t rsa,
+                int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
+void mm_gemm_nt(cpu_path path, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t lda,
+                const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
 
 #endif

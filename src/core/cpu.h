@@ -1,0 +1,73 @@
+/*
+ * core/cpu.h — what the processor can run, and which kernel path to use.
+ *
+ * Detection asks CPUID (and XGETBV: the OS must save the wide registers) on
+ * every call — it is a handful of instructions, so no result is cached and
+ * there is no global state.  The choice is made once per model load
+ * (qwen35_load) and kept in the model: cpu_target says which kernel family
+ * runs and which optional instructions those kernels may use.
+ *
+ * Paths (CLEF_CPU=ref|avx2|avx512|amx forces one; unset or "auto" picks the
+ * best the CPU has):
+ *   ref     portable C, weights dequantized to f32, f32 activations: the
+ *           arbiter every other path is tested against
+ *   avx2    AVX2+FMA: f32 kernels (BF16/quantized weights widened to f32;
+ *           BF16 weights meet activations rounded to BF16, as llama.cpp)
+ *   avx512  AVX-512F/BW/VL; with AVX512_BF16, BF16 weights use dpbf16 on
+ *           BF16 activations; with AVX512_VNNI, Q8_0/Q4_K/Q5_K/Q6_K weights
+ *           use vpdpbusd on int8 activations (per-32 blocks)
+ *   amx     avx512 plus the AMX tile permission granted by Linux
+ *           (arch_prctl ARCH_REQ_XCOMP_PERM); see cpu_target.amx
+ * On other architectures only `ref` exists.
+ */
+#ifndef CLEF_CORE_CPU_H
+#define CLEF_CORE_CPU_H
+
+#include <stdbool.h>
+
+#include "clef.h"
+
+typedef enum cpu_path {
+    CPU_PATH_REF = 0,
+    CPU_PATH_AVX2,
+    CPU_PATH_AVX512,
+    CPU_PATH_AMX,
+    CPU_PATH_COUNT,
+} cpu_path;
+
+/* Instruction sets usable by this process (CPU and OS both agree). */
+typedef struct cpu_features {
+    bool avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512vl, avx512dq;
+    bool avx512bf16, avx512vnni;
+    bool amx_tile, amx_bf16, amx_int8;  /* CPU + XCR0; the permission is separate */
+} cpu_features;
+
+/* The kernels a model runs with. */
+typedef struct cpu_target {
+    cpu_path path;
+    bool bf16;      /* avx512 family: dpbf16 kernels for BF16 weights          */
+    bool vnni;      /* avx512 family: vpdpbusd kernels for quantized weights    */
+    bool amx;       /* AMX tiles usable (permission granted)                   */
+} cpu_target;
+
+/* Fill *f from CPUID/XGETBV (all false off x86-64). */
+void cpu_detect(cpu_features *f);
+
+/* Can this CPU run `path`'s kernels? */
+bool cpu_path_supported(const cpu_features *f, cpu_path path);
+
+/* Choose the target.  request: the CLEF_CPU value (NULL, "" or "auto": the
+ * best supported path).  A named path the CPU cannot run, or an unknown
+ * name, is CLEF_ERR_UNSUPPORTED / CLEF_ERR_INVALID_ARG naming it.  For
+ * `amx` this asks Linux for the tile-data permission. */
+clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *out,
+                       clef_error *err);
+
+/* "ref", "avx2", "avx512", "amx". */
+const char *cpu_path_name(cpu_path path);
+
+/* A short description of the target, e.g. "avx512+bf16+vnni" (static). */
+const char *cpu_target_name(const cpu_target *t);
+
+#endif

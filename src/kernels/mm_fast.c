@@ -1,0 +1,368 @@
+/*
+ * kernels/mm_fast.c — the fast matmul paths: choosing a kernel per weight
+ * type and target (a "plan"), the workspace, the threaded loop over weight
+ * panels, and the portable helpers the ISA kernels use (row dequantization,
+ * BF16 rounding, unpacking quant blocks to unsigned int8).
+ *
+ * Loop (one thread; rows [r_begin, r_end) of the output are its own):
+ *   for each panel of NP rows:  for each k block of KC:
+ *     make the panel's rows readable by the kernel — in place (F32, BF16 on
+ *     bf16 hardware), dequantized to f32 rows, or packed into I8 groups —
+ *     then run every token over it (kernels/simd.h).
+ * The panel (≤ 96 rows x KC) stays in L2 while all tokens pass over it, so
+ * the weights come from memory once per call; each token tile's x rows stay
+ * in L1 across the panel.  Activations are converted once per call, shared
+ * by all threads, in a first parallel pass.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "kernels/dequant.h"
+#include "kernels/matmul.h"
+#include "kernels/simd.h"
+
+typedef enum mm_kind { MM_KIND_DOT_F32, MM_KIND_DOT_BF16, MM_KIND_I8 } mm_kind;
+
+typedef struct mm_plan {
+    cpu_path path;
+    mm_kind kind;
+    bool direct;        /* DOT kinds: weight rows read in place                */
+    bool round_bf16;    /* DOT_F32 on BF16 weights: activations rounded to BF16 */
+    mm_i8_kind i8;
+    int64_t KC, NP;     /* k per block, rows per panel                          */
+} mm_plan;
+
+enum { MM_NP = 96, MM_KC_F32 = 1024, MM_KC_BF16 = 2048, MM_KC_I8 = 1024, MM_ALIGN = 64 };
+
+static bool is_i8_type(uint32_t t) {
+    return t == CLEF_DTYPE_Q8_0 || t == CLEF_DTYPE_Q4_K || t == CLEF_DTYPE_Q5_K || t == CLEF_DTYPE_Q6_K;
+}
+
+/* false: the reference path computes w on this target. */
+static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->path = tg->path;
+    p->NP = MM_NP;
+    if (tg->path == CPU_PATH_REF) return false;
+    bool avx512 = tg->path == CPU_PATH_AVX512 || tg->path == CPU_PATH_AMX;
+    if (avx512 && tg->bf16 && w->type == CLEF_DTYPE_BF16) {
+        p->kind = MM_KIND_DOT_BF16;
+        p->direct = true;
+        p->KC = MM_KC_BF16;
+    } else if (avx512 && tg->vnni && is_i8_type(w->type)) {
+        p->kind = MM_KIND_I8;
+        p->KC = MM_KC_I8;
+        p->i8.bk = w->type == CLEF_DTYPE_Q6_K ? 16 : 32;
+        p->i8.sym = w->type == CLEF_DTYPE_Q8_0 || w->type == CLEF_DTYPE_Q6_K;
+        p->i8.off = w->type == CLEF_DTYPE_Q8_0 ? 128 : w->type == CLEF_DTYPE_Q6_K ? 32 : 0;
+        p->i8.f16_scale = w->type == CLEF_DTYPE_Q8_0;
+    } else {
+        p->kind = MM_KIND_DOT_F32;
+        p->direct = w->type == CLEF_DTYPE_F32;
+        p->round_bf16 = w->type == CLEF_DTYPE_BF16;
+        p->KC = MM_KC_F32;
+    }
+    return true;
+}
+
+const char *mm_precision(const cpu_target *tg, const mm_weight *w) {
+    mm_plan p;
+    if (!plan_make(tg, w, &p)) return "f32";
+    if (p.kind == MM_KIND_I8) return "int8";
+    return p.kind == MM_KIND_DOT_BF16 || p.round_bf16 ? "bf16" : "f32";
+}
+
+/* ---- workspace ---- */
+
+static size_t align_up(size_t n) { return (n + MM_ALIGN - 1) / MM_ALIGN * MM_ALIGN; }
+
+static size_t act_bytes(const mm_plan *p, const mm_weight *w, int64_t T) {
+    size_t tin = (size_t)T * (size_t)w->in;
+    switch (p->kind) {
+    case MM_KIND_DOT_BF16: return align_up(tin * 2);
+    case MM_KIND_I8:
+        return align_up(tin) + align_up(tin / 32 * sizeof(float)) + align_up(tin / (size_t)p->i8.bk * 4);
+    default: return p->round_bf16 ? align_up(tin * sizeof(float)) : 0;
+    }
+}
+
+static size_t thread_bytes(const mm_plan *p) {
+    switch (p->kind) {
+    case MM_KIND_I8:
+        return align_up((size_t)((p->NP + MM_I8_G - 1) / MM_I8_G) * mm_i8_group_bytes(&p->i8, p->KC));
+    case MM_KIND_DOT_F32: return p->direct ? 0 : align_up((size_t)(p->NP * p->KC) * sizeof(float));
+    default: return 0;
+    }
+}
+
+size_t mm_workspace_bytes(const cpu_target *tg, const mm_weight *w, int64_t T, int n_threads) {
+    mm_plan p;
+    if (!plan_make(tg, w, &p) || T <= 0) return 0;
+    return act_bytes(&p, w, T) + (size_t)(n_threads < 1 ? 1 : n_threads) * thread_bytes(&p);
+}
+
+bool mm_workspace_reserve(mm_workspace *ws, size_t bytes) {
+    if (ws->cap >= bytes) return true;
+    void *b = aligned_alloc(MM_ALIGN, align_up(bytes));
+    if (!b) return false;
+    free(ws->buf);
+    ws->buf = b;
+    ws->cap = align_up(bytes);
+    return true;
+}
+
+void mm_workspace_free(mm_workspace *ws) {
+    free(ws->buf);
+    ws->buf = NULL;
+    ws->cap = 0;
+}
+
+/* ---- the threaded product ---- */
+
+typedef struct mm_fast_job {
+    mm_plan p;
+    const mm_weight *w;
+    const float *x;
+    float *y;
+    int64_t T;
+    uint8_t *act;         /* converted activations (act_bytes)           */
+    uint8_t *threads;     /* n_threads x thread_bytes                     */
+    size_t per_thread;
+    mm_i8_act i8;         /* views into act for MM_KIND_I8               */
+} mm_fast_job;
+
+static void act_task(void *ctx, int ith, int nth) {
+    mm_fast_job *j = ctx;
+    const int64_t in = j->w->in;
+    int64_t t0, t1;
+    tp_split(j->T, 1, ith, nth, &t0, &t1);
+    if (t0 >= t1) return;
+    switch (j->p.kind) {
+    case MM_KIND_DOT_BF16: avx512_act_bf16(j->x, in, t0, t1, (uint16_t *)j->act); break;
+    case MM_KIND_I8:
+        avx512_act_i8(&j->p.i8, j->x, in, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dx, (void *)j->i8.mb);
+        break;
+    default:
+        mm_round_bf16(j->x + t0 * in, (t1 - t0) * in, (float *)j->act + t0 * in);
+        break;
+    }
+}
+
+static void dot_f32(const mm_plan *p, int64_t kc, const float *x, int64_t ldx, int64_t T,
+                    const float *w, int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
+    if (p->path == CPU_PATH_AVX2) avx2_dot_f32(kc, x, ldx, T, w, ldw, np, y, ldy, add);
+    else avx512_dot_f32(kc, x, ldx, T, w, ldw, np, y, ldy, add);
+}
+
+/* Rows [p0, p0+np), k block [k0, k0+kc) times every token. */
+static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t np, int64_t k0,
+                        int64_t kc) {
+    const mm_weight *w = j->w;
+    const int64_t in = w->in, out = w->out;
+    const uint8_t *rows = (const uint8_t *)w->data + (size_t)p0 * w->row_bytes;
+    float *y = j->y + p0;
+    bool add = k0 > 0;
+    switch (j->p.kind) {
+    case MM_KIND_DOT_BF16:
+        avx512_dot_bf16(kc, (const uint16_t *)j->act + k0, in, j->T, (const uint16_t *)rows + k0,
+                        (int64_t)(w->row_bytes / 2), np, y, out, add);
+        break;
+    case MM_KIND_I8:
+        avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
+        avx512_i8_panel(&j->p.i8, &j->i8, j->T, k0, kc, tb, np, y, out, add);
+        break;
+    default: {
+        const float *x = j->p.round_bf16 ? (const float *)j->act : j->x;
+        if (j->p.direct) {
+            dot_f32(&j->p, kc, x + k0, in, j->T, (const float *)rows + k0,
+                    (int64_t)(w->row_bytes / sizeof(float)), np, y, out, add);
+        } else {
+            float *tmp = (float *)tb;
+            mm_dequant_rows(w, p0, np, k0, kc, tmp);
+            dot_f32(&j->p, kc, x + k0, in, j->T, tmp, kc, np, y, out, add);
+        }
+    }
+    }
+}
+
+static void mm_fast_task(void *ctx, int ith, int nth) {
+    const mm_fast_job *j = ctx;
+    int64_t r0, r1;
+    tp_split(j->w->out, j->p.kind == MM_KIND_I8 ? MM_I8_G : MM_DOT_RN, ith, nth, &r0, &r1);
+    uint8_t *tb = j->threads + (size_t)ith * j->per_thread;
+    for (int64_t p0 = r0; p0 < r1; p0 += j->p.NP) {
+        int64_t np = r1 - p0 < j->p.NP ? r1 - p0 : j->p.NP;
+        for (int64_t k0 = 0; k0 < j->w->in; k0 += j->p.KC) {
+            int64_t kc = j->w->in - k0 < j->p.KC ? j->w->in - k0 : j->p.KC;
+            panel_block(j, tb, p0, np, k0, kc);
+        }
+    }
+}
+
+void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const float *x,
+                  float *y, int64_t T, mm_workspace *ws) {
+    mm_fast_job j = {.w = w, .x = x, .y = y, .T = T};
+    if (T <= 0) return;
+    if (!plan_make(tg, w, &j.p)) {
+        mm_matmul(pool, w, x, y, T);
+        return;
+    }
+    /* Small products are not worth waking the workers for. */
+    if (w->out * w->in * T < 32768) pool = NULL;
+    const int nth = tp_size(pool);
+    const size_t ab = act_bytes(&j.p, w, T);
+    j.per_thread = thread_bytes(&j.p);
+    mm_workspace local = {0};
+    mm_workspace *use = ws ? ws : &local;
+    if (!mm_workspace_reserve(use, ab + (size_t)nth * j.per_thread)) {
+        mm_workspace_free(&local);
+        mm_matmul(pool, w, x, y, T); /* out of memory: the path that needs none */
+        return;
+    }
+    j.act = use->buf;
+    j.threads = j.act + ab;
+    if (j.p.kind == MM_KIND_I8) {
+        size_t tin = (size_t)T * (size_t)w->in;
+        j.i8.q = (const int8_t *)j.act;
+        j.i8.dx = (const float *)(j.act + align_up(tin));
+        j.i8.mb = j.act + align_up(tin) + align_up(tin / 32 * sizeof(float));
+        j.i8.ld = w->in;
+    }
+    if (ab) tp_run(pool, act_task, &j);
+    tp_run(pool, mm_fast_task, &j);
+    mm_workspace_free(&local);
+}
+
+/* ---- small dense products ---- */
+
+void mm_gemm_nn(cpu_path path, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t rsa,
+                int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {
+    switch (path) {
+    case CPU_PATH_AVX512:
+    case CPU_PATH_AMX: avx512_gemm_nn(m, n, kdim, A, rsa, csa, B, ldb, C, ldc, add); return;
+    case CPU_PATH_AVX2: avx2_gemm_nn(m, n, kdim, A, rsa, csa, B, ldb, C, ldc, add); return;
+    default: break;
+    }
+    for (int64_t i = 0; i < m; i++) {
+        float *c = C + i * ldc;
+        if (!add) memset(c, 0, (size_t)(n > 0 ? n : 0) * sizeof *c);
+        for (int64_t k = 0; k < kdim; k++) {
+            float a = A[i * rsa + k * csa];
+            const float *b = B + k * ldb;
+            for (int64_t jj = 0; jj < n; jj++) c[jj] += a * b[jj];
+        }
+    }
+}
+
+void mm_gemm_nt(cpu_path path, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t lda,
+                const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {
+    if (m <= 0 || n <= 0) return;
+    switch (path) {
+    case CPU_PATH_AVX512:
+    case CPU_PATH_AMX: avx512_dot_f32(kdim, A, lda, m, B, ldb, n, C, ldc, add); return;
+    case CPU_PATH_AVX2: avx2_dot_f32(kdim, A, lda, m, B, ldb, n, C, ldc, add); return;
+    default: break;
+    }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t jj = 0; jj < n; jj++) {
+            float d = mm_dot(A + i * lda, B + jj * ldb, kdim);
+            C[i * ldc + jj] = add ? C[i * ldc + jj] + d : d;
+        }
+}
+
+/* ---- portable helpers ---- */
+
+void mm_dequant_rows(const mm_weight *w, int64_t r0, int64_t nr, int64_t k0, int64_t kc,
+                     float *dst) {
+    const clef_dtype_info *info = clef_dtype_get(w->type);
+    for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)(r0 + r) * w->row_bytes;
+        const uint8_t *src = row + (size_t)(k0 / info->block_size) * info->type_size;
+        clef_dequantize_row(w->type, src, dst + r * kc, kc);
+    }
+}
+
+void mm_round_bf16(const float *x, int64_t n, float *dst) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        /* round to nearest even at bit 16 (NaN payloads are not produced here) */
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
+static float f16_at(const uint8_t *p) { return clef_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+
+/* 6-bit scale and min j of a Q4_K/Q5_K block's 12 scale bytes. */
+static void k_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xf) | (s[j - 4] >> 6) << 4;
+        *mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+/* One 256-element K-quant block into q[256], s/m per sub-block. */
+static void unpack_q4k(const uint8_t *b, bool five, uint8_t *q, float *s, float *m) {
+    float d = f16_at(b), dmin = f16_at(b + 2);
+    const uint8_t *sc = b + 4, *qh = b + 16, *qs = five ? b + 48 : b + 16;
+    for (int k = 0; k < 4; k++, qs += 32) {
+        for (int h = 0; h < 2; h++) {
+            int j = 2 * k + h, scv, mnv;
+            k_scale_min(sc, j, &scv, &mnv);
+            s[j] = d * (float)scv;
+            m[j] = -dmin * (float)mnv;
+            for (int l = 0; l < 32; l++) {
+                int v = h ? qs[l] >> 4 : qs[l] & 0xf;
+                if (five) v |= ((qh[l] >> j) & 1) << 4;
+                q[64 * k + 32 * h + l] = (uint8_t)v;
+            }
+        }
+    }
+}
+
+static void unpack_q6k(const uint8_t *b, uint8_t *q, float *s, float *m) {
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *sc = (const int8_t *)(b + 192);
+    float d = f16_at(b + 208);
+    for (int g = 0; g < 16; g++) {
+        s[g] = d * (float)sc[g];
+        m[g] = -32.0f * s[g];
+    }
+    for (int half = 0; half < 2; half++, ql += 64, qh += 32, q += 128) {
+        for (int l = 0; l < 32; l++) {
+            q[l] = (uint8_t)((ql[l] & 0xf) | ((qh[l] >> 0) & 3) << 4);
+            q[l + 32] = (uint8_t)((ql[l + 32] & 0xf) | ((qh[l] >> 2) & 3) << 4);
+            q[l + 64] = (uint8_t)((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4);
+            q[l + 96] = (uint8_t)((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4);
+        }
+    }
+}
+
+void mm_unpack_i8_row(const mm_i8_kind *kind, const mm_weight *w, int64_t r, int64_t k0,
+                      int64_t kc, uint8_t *q, float *s, float *m) {
+    const clef_dtype_info *info = clef_dtype_get(w->type);
+    const uint8_t *b = (const uint8_t *)w->data + (size_t)r * w->row_bytes +
+                       (size_t)(k0 / info->block_size) * info->type_size;
+    const int64_t nblocks = kc / info->block_size;
+    const int per = (int)info->block_size / kind->bk; /* weight blocks per stored block */
+    for (int64_t i = 0; i < nblocks; i++, b += info->type_size) {
+        uint8_t *qi = q + i * info->block_size;
+        float *si = s + i * per, *mi = m + i * per;
+        switch (w->type) {
+        case CLEF_DTYPE_Q8_0:
+            si[0] = f16_at(b);
+            mi[0] = -128.0f * si[0];
+            for (int l = 0; l < 32; l++) qi[l] = (uint8_t)(b[2 + l] ^ 0x80u);
+            break;
+        case CLEF_DTYPE_Q4_K: unpack_q4k(b, false, qi, si, mi); break;
+        case CLEF_DTYPE_Q5_K: unpack_q4k(b, true, qi, si, mi); break;
+        case CLEF_DTYPE_Q6_K: unpack_q6k(b, qi, si, mi); break;
+        default: break;
+        }
+    }
+}

@@ -1,0 +1,109 @@
+/*
+ * kernels/simd.h — internal interface between the kernel dispatchers
+ * (mm_fast.c, attention.c, gdn.c, ops.c) and the per-ISA code
+ * (simd_avx512.c, simd_avx2.c).  Not for use outside src/kernels.
+ *
+ * Every function here exists on every build; off x86-64 the ISA versions are
+ * stubs that are never called (cpu_choose only offers `ref` there).
+ *
+ * Two kernel forms (measured on Zen 5: ~90% of the FMA peak for the first,
+ * ~85% for the second; a separate broadcast instruction costs an FMA slot
+ * there, so broadcasts are folded into the FMA as {1to16} memory operands):
+ *   dot form   y[t][r] = x[t]·w[r] with both rows contiguous in k: register
+ *              tile of 6 tokens x 4 rows, 16 (f32) or 32 (bf16) k per step,
+ *              one horizontal sum per output at the end.  Weights are read
+ *              in their stored layout (F32, BF16) or dequantized to f32 rows.
+ *   broadcast form  C[i][n..n+48) += A(i,k)·B[k][n..n+48): 8 x 48 f32 tile
+ *              (avx512), 4 x 48 int8 tile on packed weight panels (VNNI).
+ *
+ * Packed I8 panel (built per call from the stored blocks, in a per-thread
+ * buffer: no second copy of the model is kept).  Per group of 48 rows and
+ * per weight block of bk k-values (32; 16 for Q6_K):
+ *     u8 q[bk/4][48][4], f32 s[48], f32 m[48]   with W[r][k] = s[r]·q + m[r]
+ * where q is the stored quant made unsigned (Q8_0: q+128, m = −128·s; Q6_K:
+ * q6 in 0..63, m = −32·s; Q4_K/Q5_K: the quant, s = d·sc, m = −dmin·min).
+ * Rows past the weight's end are zero.  I8 activations: per 32 values an
+ * int8 block with one f32 scale dx (Q8_0's layout), plus per weight block
+ * −off·Σq (int32, symmetric types) or dx·Σq (f32, Q4_K/Q5_K): the m term.
+ */
+#ifndef CLEF_KERNELS_SIMD_H
+#define CLEF_KERNELS_SIMD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/cpu.h"
+#include "kernels/matmul.h"
+
+enum {
+    MM_I8_G = 48,       /* rows per packed I8 group                           */
+    MM_I8_RM = 4,       /* tokens per I8 micro-tile                           */
+    MM_DOT_RM = 6,      /* tokens per dot-form micro-tile                     */
+    MM_DOT_RN = 4,      /* rows per dot-form micro-tile                       */
+};
+
+/* Activations quantized for the I8 kernels. */
+typedef struct mm_i8_act {
+    const int8_t *q;    /* [T][ld]                                            */
+    const float *dx;    /* [T][ld/32]                                         */
+    const void *mb;     /* [T][ld/bk]: int32 (sym) or f32 (asym)              */
+    int64_t ld;         /* = in                                               */
+} mm_i8_act;
+
+/* The quantized-weight parameters of the I8 kernels. */
+typedef struct mm_i8_kind {
+    int bk;             /* weight block: 32, or 16 (Q6_K)                     */
+    bool sym;           /* m = −off·s: the m term is an integer correction    */
+    int off;            /* 128 (Q8_0), 32 (Q6_K), 0                           */
+    bool f16_scale;     /* activation scales rounded through f16 (Q8_0)       */
+} mm_i8_kind;
+
+/* Bytes of one packed I8 group of kc k-values. */
+size_t mm_i8_group_bytes(const mm_i8_kind *kind, int64_t kc);
+
+/* ---- AVX-512 (simd_avx512.c) ---- */
+
+/* Dot form over one panel: for t in [0, T), r in [0, np):
+ *   y[t·ldy + r] (=, +=) Σ_k x[t·ldx + k] · w[r·ldw + k],  k in [0, kc).
+ * bf16: x and w are BF16 (uint16) and the kernel needs AVX512_BF16. */
+void avx512_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
+                    int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
+void avx512_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, const uint16_t *w,
+                     int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
+/* Broadcast form, general strides for A: C[i][j] (=, +=) Σ_k A[i·rsa + k·csa]·B[k·ldb + j]. */
+void avx512_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
+                    const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
+/* x rows [t0, t1) to BF16 (round to nearest even), dst rows of `in`. */
+void avx512_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, uint16_t *dst);
+/* x rows [t0, t1) quantized per 32 (see above); in % 32 == 0. */
+void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
+                   int8_t *q, float *dx, void *mb);
+/* Pack rows [r0, r0+np) x k [k0, k0+kc) of w into ceil(np/48) groups. */
+void avx512_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+                    int64_t k0, int64_t kc, uint8_t *dst);
+/* Packed panel times tokens [0, T): y[t·ldy + r] (=, +=), r in [0, np). */
+void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                     int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
+                     bool add);
+
+/* ---- AVX2 + FMA (simd_avx2.c) ---- */
+void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
+                  int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
+void avx2_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
+                  const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
+
+/* ---- portable helpers (mm_fast.c) ---- */
+
+/* Rows [r0, r0+nr) x k [k0, k0+kc) of w dequantized into dst [nr][kc]
+ * (k0, kc multiples of the type's block). */
+void mm_dequant_rows(const mm_weight *w, int64_t r0, int64_t nr, int64_t k0, int64_t kc,
+                     float *dst);
+/* x rounded to BF16 and back (llama.cpp's BF16 activations), n values. */
+void mm_round_bf16(const float *x, int64_t n, float *dst);
+/* Row r, k [k0, k0+kc) of a Q8_0/Q4_K/Q5_K/Q6_K weight as unsigned quants
+ * q[kc] and per-block s, m [kc/bk] (see the I8 layout above). */
+void mm_unpack_i8_row(const mm_i8_kind *kind, const mm_weight *w, int64_t r, int64_t k0,
+                      int64_t kc, uint8_t *q, float *s, float *m);
+
+#endif

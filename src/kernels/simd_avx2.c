@@ -1,0 +1,146 @@
+/*
+ * kernels/simd_avx2.c — the AVX2+FMA kernels behind kernels/simd.h: the
+ * dot-form f32 micro-kernel (3 tokens x 4 rows, 8 k per step) and the
+ * broadcast-form f32 GEMM (6 x 16).  16 vector registers: 12 accumulators.
+ * Function target attributes keep the file buildable with baseline flags.
+ */
+#include "kernels/simd.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <string.h>
+
+#define T256 __attribute__((target("avx2,fma")))
+#define INLINE static inline __attribute__((always_inline))
+
+/* Mask of the first n of 8 lanes (for maskload/maskstore). */
+INLINE T256 __m256i lanes8(int64_t n) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    int c = n <= 0 ? 0 : n >= 8 ? 8 : (int)n;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), idx);
+}
+
+INLINE T256 __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+enum { DM = 3, DN = 4 };
+
+T256 static void dot_tile(int64_t k, const float *A, int64_t lda, int mr, const float *B,
+                          int64_t ldb, int nr, float *C, int64_t ldc, bool add) {
+    __m256 c[DM][DN];
+    const float *a[DM], *b[DN];
+#pragma GCC unroll 3
+    for (int i = 0; i < DM; i++) {
+        a[i] = A + (i < mr ? i : mr - 1) * lda;
+#pragma GCC unroll 4
+        for (int j = 0; j < DN; j++) c[i][j] = _mm256_setzero_ps();
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < DN; j++) b[j] = B + (j < nr ? j : nr - 1) * ldb;
+    int64_t kk = 0;
+    for (; kk + 8 <= k; kk += 8) {
+        __m256 w[DN];
+#pragma GCC unroll 4
+        for (int j = 0; j < DN; j++) w[j] = _mm256_loadu_ps(b[j] + kk);
+#pragma GCC unroll 3
+        for (int i = 0; i < DM; i++) {
+            __m256 x = _mm256_loadu_ps(a[i] + kk);
+#pragma GCC unroll 4
+            for (int j = 0; j < DN; j++) c[i][j] = _mm256_fmadd_ps(x, w[j], c[i][j]);
+        }
+    }
+    if (kk < k) {
+        const __m256i m = lanes8(k - kk);
+        __m256 w[DN];
+#pragma GCC unroll 4
+        for (int j = 0; j < DN; j++) w[j] = _mm256_maskload_ps(b[j] + kk, m);
+#pragma GCC unroll 3
+        for (int i = 0; i < DM; i++) {
+            __m256 x = _mm256_maskload_ps(a[i] + kk, m);
+#pragma GCC unroll 4
+            for (int j = 0; j < DN; j++) c[i][j] = _mm256_fmadd_ps(x, w[j], c[i][j]);
+        }
+    }
+    const __m128i sm = _mm256_castsi256_si128(lanes8(nr));
+#pragma GCC unroll 3
+    for (int i = 0; i < DM; i++) {
+        if (i >= mr) break;
+        __m128 s = hsum4(c[i][0], c[i][1], c[i][2], c[i][3]);
+        float *p = C + i * ldc;
+        if (add) s = _mm_add_ps(s, _mm_maskload_ps(p, sm));
+        _mm_maskstore_ps(p, sm, s);
+    }
+}
+
+T256 void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
+                       int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
+    for (int64_t t = 0; t < T; t += DM) {
+        int mr = (int)(T - t < DM ? T - t : DM);
+        for (int64_t r = 0; r < np; r += DN) {
+            int nr = (int)(np - r < DN ? np - r : DN);
+            dot_tile(kc, x + t * ldx, ldx, mr, w + r * ldw, ldw, nr, y + t * ldy + r, ldy, add);
+        }
+    }
+}
+
+enum { BM = 6 }; /* 6 rows x 16 columns */
+
+T256 static void bc_tile(int64_t k, const float *A, int64_t rsa, int64_t csa, int mr,
+                         const float *B, int64_t ldb, int nc, float *C, int64_t ldc, bool add) {
+    __m256 c[BM][2];
+    const float *a[BM];
+#pragma GCC unroll 6
+    for (int i = 0; i < BM; i++) {
+        a[i] = A + (i < mr ? i : mr - 1) * rsa;
+        c[i][0] = c[i][1] = _mm256_setzero_ps();
+    }
+    const __m256i m0 = lanes8(nc), m1 = lanes8(nc - 8);
+    for (int64_t kk = 0; kk < k; kk++, B += ldb) {
+        __m256 b0 = _mm256_maskload_ps(B, m0), b1 = _mm256_maskload_ps(B + 8, m1);
+        const int64_t o = kk * csa;
+#pragma GCC unroll 6
+        for (int i = 0; i < BM; i++) {
+            __m256 av = _mm256_broadcast_ss(a[i] + o);
+            c[i][0] = _mm256_fmadd_ps(av, b0, c[i][0]);
+            c[i][1] = _mm256_fmadd_ps(av, b1, c[i][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < BM; i++) {
+        if (i >= mr) break;
+        float *p = C + i * ldc;
+        __m256 v0 = c[i][0], v1 = c[i][1];
+        if (add) {
+            v0 = _mm256_add_ps(v0, _mm256_maskload_ps(p, m0));
+            v1 = _mm256_add_ps(v1, _mm256_maskload_ps(p + 8, m1));
+        }
+        _mm256_maskstore_ps(p, m0, v0);
+        _mm256_maskstore_ps(p + 8, m1, v1);
+    }
+}
+
+T256 void avx2_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
+                       const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+        if (!add)
+            for (int64_t i = 0; i < m; i++) memset(C + i * ldc, 0, (size_t)n * sizeof *C);
+        return;
+    }
+    for (int64_t j = 0; j < n; j += 16) {
+        int nc = (int)(n - j < 16 ? n - j : 16);
+        for (int64_t i = 0; i < m; i += BM) {
+            int mr = (int)(m - i < BM ? m - i : BM);
+            bc_tile(k, A + i * rsa, rsa, csa, mr, B + j, ldb, nc, C + i * ldc + j, ldc, add);
+        }
+    }
+}
+
+#else /* not x86-64: never called */
+void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
+                  int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
+void avx2_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
+                  const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {}
+#endif

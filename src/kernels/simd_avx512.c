@@ -1,0 +1,450 @@
+/*
+ * kernels/simd_avx512.c — the AVX-512 kernels behind kernels/simd.h:
+ * dot-form f32 / BF16 micro-kernels, the broadcast-form f32 GEMM, int8 VNNI
+ * micro-kernels on packed panels, and the activation conversions.
+ *
+ * Each function carries its own target attribute, so this file builds with
+ * the default (baseline x86-64) flags and the binary still runs on a CPU
+ * without AVX-512: nothing here is called unless cpu_choose picked avx512.
+ * Micro-tiles are small constant-bound loops over arrays of vectors; GCC
+ * unrolls them completely and keeps every accumulator in a register.
+ */
+#include "kernels/simd.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/dequant.h"
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+#define T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,avx512bf16")))
+#define T512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,avx512vnni")))
+#define INLINE static inline __attribute__((always_inline))
+
+/* The first n of 16 / 32 lanes. */
+INLINE T512 __mmask16 lanes16(int64_t n) {
+    return n <= 0 ? 0 : n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+}
+INLINE T512 __mmask32 lanes32(int64_t n) {
+    return n <= 0 ? 0 : n >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << n) - 1);
+}
+
+/* Four horizontal sums as one vector {Σa, Σb, Σc, Σd}. */
+INLINE T512 __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+#define HALVES(v) _mm256_add_ps(_mm512_castps512_ps256(v), \
+                                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))
+    __m256 ab = _mm256_hadd_ps(HALVES(a), HALVES(b));
+    __m256 cd = _mm256_hadd_ps(HALVES(c), HALVES(d));
+#undef HALVES
+    __m256 s = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+/* ==== dot form ============================================================== */
+
+enum { RM = MM_DOT_RM, RN = MM_DOT_RN };
+
+/* Store the 6 x 4 tile: rows i < mr, columns j < nr. */
+INLINE T512 void dot_store(__m512 c[RM][RN], int mr, int nr, float *C, int64_t ldc, bool add) {
+    const __mmask8 sm = (__mmask8)((1u << nr) - 1);
+#pragma GCC unroll 6
+    for (int i = 0; i < RM; i++) {
+        if (i >= mr) break;
+        __m128 s = hsum4(c[i][0], c[i][1], c[i][2], c[i][3]);
+        float *p = C + i * ldc;
+        if (add) s = _mm_add_ps(s, _mm_maskz_loadu_ps(sm, p));
+        _mm_mask_storeu_ps(p, sm, s);
+    }
+}
+
+/* 6 tokens x 4 rows, f32: rows past mr / nr repeat the last valid one. */
+T512 static void dot_f32_tile(int64_t k, const float *A, int64_t lda, int mr, const float *B,
+                              int64_t ldb, int nr, float *C, int64_t ldc, bool add) {
+    __m512 c[RM][RN];
+    const float *a[RM], *b[RN];
+#pragma GCC unroll 6
+    for (int i = 0; i < RM; i++) {
+        a[i] = A + (i < mr ? i : mr - 1) * lda;
+#pragma GCC unroll 4
+        for (int j = 0; j < RN; j++) c[i][j] = _mm512_setzero_ps();
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; j++) b[j] = B + (j < nr ? j : nr - 1) * ldb;
+    int64_t kk = 0;
+    for (; kk + 16 <= k; kk += 16) {
+        __m512 w[RN];
+#pragma GCC unroll 4
+        for (int j = 0; j < RN; j++) w[j] = _mm512_loadu_ps(b[j] + kk);
+#pragma GCC unroll 6
+        for (int i = 0; i < RM; i++) {
+            __m512 x = _mm512_loadu_ps(a[i] + kk);
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; j++) c[i][j] = _mm512_fmadd_ps(x, w[j], c[i][j]);
+        }
+    }
+    if (kk < k) {
+        const __mmask16 m = lanes16(k - kk);
+        __m512 w[RN];
+#pragma GCC unroll 4
+        for (int j = 0; j < RN; j++) w[j] = _mm512_maskz_loadu_ps(m, b[j] + kk);
+#pragma GCC unroll 6
+        for (int i = 0; i < RM; i++) {
+            __m512 x = _mm512_maskz_loadu_ps(m, a[i] + kk);
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; j++) c[i][j] = _mm512_fmadd_ps(x, w[j], c[i][j]);
+        }
+    }
+    dot_store(c, mr, nr, C, ldc, add);
+}
+
+/* 6 tokens x 4 rows, BF16 pairs into f32 (vdpbf16ps). */
+T512BF static void dot_bf16_tile(int64_t k, const uint16_t *A, int64_t lda, int mr,
+                                 const uint16_t *B, int64_t ldb, int nr, float *C, int64_t ldc,
+                                 bool add) {
+    __m512 c[RM][RN];
+    const uint16_t *a[RM], *b[RN];
+#pragma GCC unroll 6
+    for (int i = 0; i < RM; i++) {
+        a[i] = A + (i < mr ? i : mr - 1) * lda;
+#pragma GCC unroll 4
+        for (int j = 0; j < RN; j++) c[i][j] = _mm512_setzero_ps();
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; j++) b[j] = B + (j < nr ? j : nr - 1) * ldb;
+    int64_t kk = 0;
+    for (; kk + 32 <= k; kk += 32) {
+        __m512i w[RN];
+#pragma GCC unroll 4
+        for (int j = 0; j < RN; j++) w[j] = _mm512_loadu_si512(b[j] + kk);
+#pragma GCC unroll 6
+        for (int i = 0; i < RM; i++) {
+            __m512i x = _mm512_loadu_si512(a[i] + kk);
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; j++)
+                c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)x, (__m512bh)w[j]);
+        }
+    }
+    if (kk < k) {
+        const __mmask32 m = lanes32(k - kk);
+        __m512i w[RN];
+#pragma GCC unroll 4
+        for (int j = 0; j < RN; j++) w[j] = _mm512_maskz_loadu_epi16(m, b[j] + kk);
+#pragma GCC unroll 6
+        for (int i = 0; i < RM; i++) {
+            __m512i x = _mm512_maskz_loadu_epi16(m, a[i] + kk);
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; j++)
+                c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)x, (__m512bh)w[j]);
+        }
+    }
+    dot_store(c, mr, nr, C, ldc, add);
+}
+
+/* Tiles over the panel: token tiles outer, so one tile's x rows (6 x kc)
+ * stay in L1 while the panel's rows stream from L2. */
+T512 void avx512_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
+                         int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
+    for (int64_t t = 0; t < T; t += RM) {
+        int mr = (int)(T - t < RM ? T - t : RM);
+        for (int64_t r = 0; r < np; r += RN) {
+            int nr = (int)(np - r < RN ? np - r : RN);
+            dot_f32_tile(kc, x + t * ldx, ldx, mr, w + r * ldw, ldw, nr, y + t * ldy + r, ldy, add);
+        }
+    }
+}
+
+T512BF void avx512_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T,
+                            const uint16_t *w, int64_t ldw, int64_t np, float *y, int64_t ldy,
+                            bool add) {
+    for (int64_t t = 0; t < T; t += RM) {
+        int mr = (int)(T - t < RM ? T - t : RM);
+        for (int64_t r = 0; r < np; r += RN) {
+            int nr = (int)(np - r < RN ? np - r : RN);
+            dot_bf16_tile(kc, x + t * ldx, ldx, mr, w + r * ldw, ldw, nr, y + t * ldy + r, ldy, add);
+        }
+    }
+}
+
+/* ==== broadcast form, f32 ==================================================== */
+
+enum { BM = 8, BN = 3 }; /* 8 rows x 48 columns */
+
+/* c0..c2 += broadcast(*p) · b0..b2, the broadcast folded into each FMA. */
+#define FMA3_BCAST(c0, c1, c2, b0, b1, b2, p)                                                   \
+    __asm__("vfmadd231ps %3%{1to16%}, %4, %0\n\t"                                               \
+            "vfmadd231ps %3%{1to16%}, %5, %1\n\t"                                               \
+            "vfmadd231ps %3%{1to16%}, %6, %2"                                                   \
+            : "+v"(c0), "+v"(c1), "+v"(c2)                                                       \
+            : "m"(*(p)), "v"(b0), "v"(b1), "v"(b2))
+
+T512 static void bc_f32_tile(int64_t k, const float *A, int64_t rsa, int64_t csa, int mr,
+                             const float *B, int64_t ldb, int nc, float *C, int64_t ldc, bool add) {
+    __m512 c[BM][BN];
+    const float *a[BM];
+#pragma GCC unroll 8
+    for (int i = 0; i < BM; i++) {
+        a[i] = A + (i < mr ? i : mr - 1) * rsa;
+#pragma GCC unroll 3
+        for (int j = 0; j < BN; j++) c[i][j] = _mm512_setzero_ps();
+    }
+    const __mmask16 m0 = lanes16(nc), m1 = lanes16(nc - 16), m2 = lanes16(nc - 32);
+    for (int64_t kk = 0; kk < k; kk++, B += ldb) {
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, B), b1 = _mm512_maskz_loadu_ps(m1, B + 16),
+               b2 = _mm512_maskz_loadu_ps(m2, B + 32);
+        const int64_t o = kk * csa;
+#pragma GCC unroll 8
+        for (int i = 0; i < BM; i++) FMA3_BCAST(c[i][0], c[i][1], c[i][2], b0, b1, b2, a[i] + o);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < BM; i++) {
+        if (i >= mr) break;
+        float *p = C + i * ldc;
+        __m512 v0 = c[i][0], v1 = c[i][1], v2 = c[i][2];
+        if (add) {
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, p));
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, p + 16));
+            v2 = _mm512_add_ps(v2, _mm512_maskz_loadu_ps(m2, p + 32));
+        }
+        _mm512_mask_storeu_ps(p, m0, v0);
+        _mm512_mask_storeu_ps(p + 16, m1, v1);
+        _mm512_mask_storeu_ps(p + 32, m2, v2);
+    }
+}
+
+T512 void avx512_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
+                         const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+        if (!add)
+            for (int64_t i = 0; i < m; i++) memset(C + i * ldc, 0, (size_t)n * sizeof *C);
+        return;
+    }
+    for (int64_t j = 0; j < n; j += 16 * BN) {
+        int nc = (int)(n - j < 16 * BN ? n - j : 16 * BN);
+        for (int64_t i = 0; i < m; i += BM) {
+            int mr = (int)(m - i < BM ? m - i : BM);
+            bc_f32_tile(k, A + i * rsa, rsa, csa, mr, B + j, ldb, nc, C + i * ldc + j, ldc, add);
+        }
+    }
+}
+
+/* ==== activations ============================================================= */
+
+T512BF void avx512_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, uint16_t *dst) {
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xr = x + t * in;
+        uint16_t *d = dst + t * in;
+        for (int64_t i = 0; i < in; i += 32) {
+            __m512 lo = _mm512_maskz_loadu_ps(lanes16(in - i), xr + i);
+            __m512 hi = _mm512_maskz_loadu_ps(lanes16(in - i - 16), xr + i + 16);
+            __m512i h = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+            _mm512_mask_storeu_epi16(d + i, lanes32(in - i), h);
+        }
+    }
+}
+
+/* One block of 32: q = round(x/d), d = max|x|/127 (llama.cpp's Q8_0 rule:
+ * quantize with 1/d, keep d, for Q8_0 weights rounded through f16).
+ * sums[2]: Σq of each half (for 16-blocks). Returns the d the dots use. */
+INLINE T512 float quant32(const float *x, bool f16_scale, int8_t *q, int32_t sums[2]) {
+    __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    __m512 a = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
+    float amax = _mm512_reduce_max_ps(a);
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+    __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+    _mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtsepi32_epi8(q1));
+    sums[0] = _mm512_reduce_add_epi32(q0);
+    sums[1] = _mm512_reduce_add_epi32(q1);
+    return f16_scale ? clef_f16_to_f32(clef_f32_to_f16(d)) : d;
+}
+
+T512 void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
+                        int8_t *q, float *dx, void *mb) {
+    const int64_t nb32 = in / 32, nbk = in / kind->bk;
+    for (int64_t t = t0; t < t1; t++) {
+        for (int64_t b = 0; b < nb32; b++) {
+            int32_t s[2];
+            float d = quant32(x + t * in + 32 * b, kind->f16_scale, q + t * in + 32 * b, s);
+            dx[t * nb32 + b] = d;
+            if (kind->bk == 16) {
+                for (int h = 0; h < 2; h++) {
+                    if (kind->sym) ((int32_t *)mb)[t * nbk + 2 * b + h] = -kind->off * s[h];
+                    else ((float *)mb)[t * nbk + 2 * b + h] = d * (float)s[h];
+                }
+            } else if (kind->sym) {
+                ((int32_t *)mb)[t * nbk + b] = -kind->off * (s[0] + s[1]);
+            } else {
+                ((float *)mb)[t * nbk + b] = d * (float)(s[0] + s[1]);
+            }
+        }
+    }
+}
+
+/* ==== int8 (VNNI) ================================================================ */
+
+/* c0..c2 += u8(w0..w2) · s8(broadcast dword *p), the broadcast folded in. */
+#define DPB3_BCAST(c0, c1, c2, w0, w1, w2, p)                                                   \
+    __asm__("vpdpbusd %3%{1to16%}, %4, %0\n\t"                                                  \
+            "vpdpbusd %3%{1to16%}, %5, %1\n\t"                                                  \
+            "vpdpbusd %3%{1to16%}, %6, %2"                                                      \
+            : "+v"(c0), "+v"(c1), "+v"(c2)                                                       \
+            : "m"(*(const int32_t *)(p)), "v"(w0), "v"(w1), "v"(w2))
+
+enum { IM = MM_I8_RM, IG = MM_I8_G };
+
+size_t mm_i8_group_bytes(const mm_i8_kind *kind, int64_t kc) {
+    return (size_t)(kc / kind->bk) * (size_t)(kind->bk * IG + 2 * IG * (int)sizeof(float));
+}
+
+/* 4 tokens x 48 rows over nblk weight blocks.  Per block the integer dots
+ * accumulate exactly (|Σ| < 2^21), then one scale step in f32:
+ *   facc += f32(isum)·(s·dx) [+ m·(dx·Σq) for asymmetric types]. */
+INLINE T512VNNI void i8_tile(const int bk, const bool sym, int64_t nblk, const int8_t *A,
+                             int64_t lda, const float *dx, int64_t ldx, const void *mb,
+                             int64_t ldm, int mr, const uint8_t *B, int nc, float *C,
+                             int64_t ldc, bool add) {
+    __m512 f[IM][3];
+    const int8_t *a[IM];
+    const float *d[IM];
+    const int32_t *mi[IM];
+    const float *mf[IM];
+#pragma GCC unroll 4
+    for (int i = 0; i < IM; i++) {
+        int64_t row = i < mr ? i : mr - 1;
+        a[i] = A + row * lda;
+        d[i] = dx + row * ldx;
+        mi[i] = (const int32_t *)mb + row * ldm;
+        mf[i] = (const float *)mb + row * ldm;
+#pragma GCC unroll 3
+        for (int j = 0; j < 3; j++) f[i][j] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nblk; b++) {
+        __m512i acc[IM][3];
+#pragma GCC unroll 4
+        for (int i = 0; i < IM; i++) {
+            __m512i z = sym ? _mm512_set1_epi32(mi[i][b]) : _mm512_setzero_si512();
+#pragma GCC unroll 3
+            for (int j = 0; j < 3; j++) acc[i][j] = z;
+        }
+        const int64_t ab = b * bk;
+#pragma GCC unroll 8
+        for (int kq = 0; kq < bk / 4; kq++, B += 3 * 64) {
+            __m512i w0 = _mm512_load_si512(B), w1 = _mm512_load_si512(B + 64),
+                    w2 = _mm512_load_si512(B + 128);
+#pragma GCC unroll 4
+            for (int i = 0; i < IM; i++)
+                DPB3_BCAST(acc[i][0], acc[i][1], acc[i][2], w0, w1, w2, a[i] + ab + 4 * kq);
+        }
+        const float *s = (const float *)B, *m = s + IG;
+        B += 2 * IG * sizeof(float);
+#pragma GCC unroll 4
+        for (int i = 0; i < IM; i++) {
+            __m512 dv = _mm512_set1_ps(d[i][(b * bk) >> 5]);
+#pragma GCC unroll 3
+            for (int j = 0; j < 3; j++) {
+                __m512 sd = _mm512_mul_ps(_mm512_load_ps(s + 16 * j), dv);
+                f[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j]), sd, f[i][j]);
+                if (!sym) f[i][j] = _mm512_fmadd_ps(_mm512_load_ps(m + 16 * j), _mm512_set1_ps(mf[i][b]), f[i][j]);
+            }
+        }
+    }
+    const __mmask16 m0 = lanes16(nc), m1 = lanes16(nc - 16), m2 = lanes16(nc - 32);
+#pragma GCC unroll 4
+    for (int i = 0; i < IM; i++) {
+        if (i >= mr) break;
+        float *p = C + i * ldc;
+        __m512 v0 = f[i][0], v1 = f[i][1], v2 = f[i][2];
+        if (add) {
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, p));
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, p + 16));
+            v2 = _mm512_add_ps(v2, _mm512_maskz_loadu_ps(m2, p + 32));
+        }
+        _mm512_mask_storeu_ps(p, m0, v0);
+        _mm512_mask_storeu_ps(p + 16, m1, v1);
+        _mm512_mask_storeu_ps(p + 32, m2, v2);
+    }
+}
+
+#define I8_TILE_ARGS int64_t nblk, const int8_t *A, int64_t lda, const float *dx, int64_t ldx, \
+    const void *mb, int64_t ldm, int mr, const uint8_t *B, int nc, float *C, int64_t ldc, bool add
+#define I8_TILE_PASS nblk, A, lda, dx, ldx, mb, ldm, mr, B, nc, C, ldc, add
+T512VNNI static void i8_tile_32s(I8_TILE_ARGS) { i8_tile(32, true, I8_TILE_PASS); }
+T512VNNI static void i8_tile_32a(I8_TILE_ARGS) { i8_tile(32, false, I8_TILE_PASS); }
+T512VNNI static void i8_tile_16s(I8_TILE_ARGS) { i8_tile(16, true, I8_TILE_PASS); }
+
+T512VNNI void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                              int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
+                              bool add) {
+    void (*tile)(I8_TILE_ARGS) = kind->bk == 16 ? i8_tile_16s : kind->sym ? i8_tile_32s : i8_tile_32a;
+    const int64_t nblk = kc / kind->bk, ldx = a->ld / 32, ldm = a->ld / kind->bk;
+    const size_t gbytes = mm_i8_group_bytes(kind, kc);
+    for (int64_t t = 0; t < T; t += IM) {
+        int mr = (int)(T - t < IM ? T - t : IM);
+        const int8_t *A = a->q + t * a->ld + k0;
+        const float *dx = a->dx + t * ldx + k0 / 32;
+        const void *mb = (const char *)a->mb + (size_t)(t * ldm + k0 / kind->bk) * 4;
+        for (int64_t g = 0; g * IG < np; g++) {
+            int nc = (int)(np - g * IG < IG ? np - g * IG : IG);
+            tile(nblk, A, a->ld, dx, ldx, mb, ldm, mr, panel + g * gbytes, nc, y + t * ldy + g * IG,
+                 ldy, add);
+        }
+    }
+}
+
+/* Interleave rows into groups: row r's dword kq of block b goes to
+ * group + b·block_bytes + kq·192 + (r % 48)·4; then s and m. */
+T512 void avx512_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+                         int64_t k0, int64_t kc, uint8_t *dst) {
+    enum { MAXK = 1024 };
+    const int bk = kind->bk;
+    const int64_t nblk = kc / bk;
+    const size_t bbytes = (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
+    const size_t gbytes = mm_i8_group_bytes(kind, kc);
+    const int64_t groups = (np + IG - 1) / IG;
+    uint8_t q[MAXK];
+    float s[MAXK / 16], m[MAXK / 16];
+    for (int64_t g = 0; g < groups; g++) {
+        uint8_t *gp = dst + g * gbytes;
+        for (int r = 0; r < IG; r++) {
+            int64_t row = g * IG + r;
+            if (row < np) {
+                mm_unpack_i8_row(kind, w, r0 + row, k0, kc, q, s, m);
+            } else {
+                memset(q, 0, (size_t)kc);
+                memset(s, 0, (size_t)nblk * sizeof *s);
+                memset(m, 0, (size_t)nblk * sizeof *m);
+            }
+            for (int64_t b = 0; b < nblk; b++) {
+                uint8_t *bp = gp + b * bbytes;
+                for (int kq = 0; kq < bk / 4; kq++) memcpy(bp + kq * 192 + r * 4, q + b * bk + 4 * kq, 4);
+                float *sp = (float *)(bp + bk * IG);
+                sp[r] = s[b];
+                sp[IG + r] = m[b];
+            }
+        }
+    }
+}
+
+#else /* not x86-64: never called (cpu_choose offers only `ref`) */
+
+size_t mm_i8_group_bytes(const mm_i8_kind *kind, int64_t kc) {
+    return (size_t)(kc / kind->bk) * (size_t)(kind->bk * MM_I8_G + 2 * MM_I8_G * 4);
+}
+void avx512_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
+                    int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
+void avx512_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, const uint16_t *w,
+                     int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
+void avx512_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
+                    const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {}
+void avx512_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, uint16_t *dst) {}
+void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
+                   int8_t *q, float *dx, void *mb) {}
+void avx512_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+                    int64_t k0, int64_t kc, uint8_t *dst) {}
+void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                     int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
+                     bool add) {}
+#endif

@@ -1,0 +1,316 @@
+/*
+ * tests/test_kernels_simd.c — every kernel path against the reference
+ * arithmetic, on random matrices of every weight type.
+ *
+ * Paths: ref, avx2, avx512 (and its sub-variants with BF16 / VNNI switched
+ * off, so the fallbacks run on a CPU that has them), amx — each one only
+ * where this CPU can run it (skipped paths are printed).  The expected value
+ * is computed here in double from the rows clef_dequantize_row gives (the
+ * arbiter) and from the activations each precision is specified to use:
+ *   f32   x as given                       |Δ| ≤ 1e-5·Σ|x·w| + 1e-6
+ *   bf16  x rounded to BF16 (RNE)          |Δ| ≤ 1e-5·Σ|x'·w| + 1e-6
+ *   int8  x quantized per 32: d = max|x|/127 (rounded through f16 for Q8_0
+ *         weights), q = rne(x·(1/d))       |Δ| ≤ 1e-5·Σ|d·q·w| + 1e-6
+ * and, for bf16 / int8, against unrounded x within the bound the rounding
+ * itself allows (|x − x'| ≤ 2^-9|x|; |x − d·q| ≤ d/2 per element).
+ * Results must not depend on the thread count (1 vs 3 threads, bitwise).
+ * mm_gemm_nn / mm_gemm_nt: against double loops, with transposed strides.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/cpu.h"
+#include "core/dtype.h"
+#include "core/threadpool.h"
+#include "kernels/dequant.h"
+#include "kernels/matmul.h"
+
+/* ---- deterministic random numbers ---- */
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rnd_uniform(float lo, float hi) {
+    return lo + (hi - lo) * (float)(rnd_u32() & 0xffffff) / 16777216.0f;
+}
+
+static void put_f16(uint8_t *p, float v) {
+    uint16_t h = clef_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* Random stored rows of `type`: quant bytes random, block scales sane. */
+static uint8_t *make_weight(uint32_t type, int64_t in, int64_t out, size_t *row_bytes) {
+    const clef_dtype_info *info = clef_dtype_get(type);
+    uint64_t rb;
+    assert_true(clef_dtype_row_bytes(type, (uint64_t)in, &rb));
+    uint8_t *w = malloc((size_t)(rb * (uint64_t)out));
+    for (uint64_t i = 0; i < rb * (uint64_t)out; i++) w[i] = (uint8_t)rnd_u32();
+    /* rows are whole numbers of blocks */
+    for (int64_t r = 0; r < out; r++) {
+        for (int64_t b = 0; b < in / (int64_t)info->block_size; b++) {
+            uint8_t *blk = w + (size_t)r * rb + (size_t)b * info->type_size;
+            switch (type) {
+            case CLEF_DTYPE_F32: {
+                float v = rnd_uniform(-1, 1);
+                memcpy(blk, &v, 4);
+                break;
+            }
+            case CLEF_DTYPE_F16: put_f16(blk, rnd_uniform(-1, 1)); break;
+            case CLEF_DTYPE_BF16: {
+                uint16_t h = clef_f32_to_bf16(rnd_uniform(-1, 1));
+                memcpy(blk, &h, 2);
+                break;
+            }
+            case CLEF_DTYPE_Q8_0: put_f16(blk, rnd_uniform(0.001f, 0.02f)); break;
+            case CLEF_DTYPE_Q4_K:
+            case CLEF_DTYPE_Q5_K:
+                put_f16(blk, rnd_uniform(0.001f, 0.01f));
+                put_f16(blk + 2, rnd_uniform(0.001f, 0.01f));
+                break;
+            case CLEF_DTYPE_Q6_K: put_f16(blk + 208, rnd_uniform(0.0005f, 0.005f)); break;
+            default: fail_msg("no generator for type %u", type);
+            }
+        }
+    }
+    *row_bytes = (size_t)rb;
+    return w;
+}
+
+/* ---- the activations each precision is specified to use ---- */
+
+static float round_bf16(float x) { return clef_bf16_to_f32(clef_f32_to_bf16(x)); }
+
+/* Per block of 32: d and q as the int8 path defines them; xq = d·q. */
+static void quantize_i8(const float *x, int64_t n, bool f16_scale, float *xq, float *half_d) {
+    for (int64_t b = 0; b < n; b += 32) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b + i]));
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float dd = f16_scale ? clef_f16_to_f32(clef_f32_to_f16(d)) : d;
+        for (int i = 0; i < 32; i++) {
+            float q = nearbyintf(x[b + i] * id);
+            xq[b + i] = dd * q;
+            /* |x − dd·q| ≤ |x − d·q| + |d − dd|·|q| ≤ d/2 + 127|d − dd| */
+            half_d[b + i] = d / 2.0f + 127.0f * fabsf(d - dd);
+        }
+    }
+}
+
+typedef struct path_case {
+    const char *label;
+    cpu_target tg;
+} path_case;
+
+/* The targets this CPU can run, including avx512 with BF16/VNNI off. */
+static int usable_targets(path_case *out) {
+    cpu_features f;
+    cpu_detect(&f);
+    int n = 0;
+    out[n++] = (path_case){"ref", {.path = CPU_PATH_REF}};
+    if (cpu_path_supported(&f, CPU_PATH_AVX2)) out[n++] = (path_case){"avx2", {.path = CPU_PATH_AVX2}};
+    else printf("[simd] skip avx2: not supported here\n");
+    if (cpu_path_supported(&f, CPU_PATH_AVX512)) {
+        out[n++] = (path_case){"avx512 (no bf16, no vnni)", {.path = CPU_PATH_AVX512}};
+        out[n++] = (path_case){"avx512", {.path = CPU_PATH_AVX512, .bf16 = f.avx512bf16, .vnni = f.avx512vnni}};
+    } else {
+        printf("[simd] skip avx512: not supported here\n");
+    }
+    clef_error err = {0};
+    cpu_target amx;
+    if (cpu_path_supported(&f, CPU_PATH_AMX) && cpu_choose("amx", &f, &amx, &err) == CLEF_OK)
+        out[n++] = (path_case){"amx", amx};
+    else printf("[simd] skip amx: not supported here\n");
+    return n;
+}
+
+/* ---- matmul ---- */
+
+static void check_one(const path_case *pc, uint32_t type, int64_t in, int64_t out, int64_t T,
+                      tp_pool *pool3) {
+    size_t rb;
+    uint8_t *wd = make_weight(type, in, out, &rb);
+    mm_weight w;
+    assert_true(mm_weight_init(&w, type, wd, in, out));
+    const char *prec = mm_precision(&pc->tg, &w);
+    float *x = malloc((size_t)(T * in) * sizeof *x), *xs = malloc((size_t)(T * in) * sizeof *xs);
+    float *slack = malloc((size_t)(T * in) * sizeof *slack);
+    float *y1 = malloc((size_t)(T * out) * sizeof *y1), *y3 = malloc((size_t)(T * out) * sizeof *y3);
+    float *row = malloc((size_t)in * sizeof *row);
+    for (int64_t i = 0; i < T * in; i++) x[i] = rnd_uniform(-1, 1) * (i % 97 == 0 ? 8.0f : 1.0f);
+    for (int64_t t = 0; t < T; t++) {
+        const float *xt = x + t * in;
+        if (!strcmp(prec, "int8")) {
+            quantize_i8(xt, in, type == CLEF_DTYPE_Q8_0, xs + t * in, slack + t * in);
+        } else {
+            for (int64_t i = 0; i < in; i++) {
+                xs[t * in + i] = !strcmp(prec, "bf16") ? round_bf16(xt[i]) : xt[i];
+                slack[t * in + i] = fabsf(xt[i] - xs[t * in + i]);
+            }
+        }
+    }
+    mm_workspace ws = {0};
+    mm_matmul_ex(&pc->tg, NULL, &w, x, y1, T, &ws);
+    mm_matmul_ex(&pc->tg, pool3, &w, x, y3, T, NULL);
+    double worst = 0.0;
+    for (int64_t r = 0; r < out; r++) {
+        assert_true(clef_dequantize_row(type, wd + (size_t)r * rb, row, in));
+        for (int64_t t = 0; t < T; t++) {
+            double ref = 0.0, mag = 0.0, exact = 0.0, bound = 0.0;
+            for (int64_t i = 0; i < in; i++) {
+                ref += (double)xs[t * in + i] * row[i];
+                mag += fabs((double)xs[t * in + i] * row[i]);
+                exact += (double)x[t * in + i] * row[i];
+                bound += (double)slack[t * in + i] * fabs((double)row[i]);
+            }
+            double got = y1[t * out + r], d = fabs(got - ref), tol = 1e-5 * mag + 1e-6;
+            if (!(d <= tol))
+                fail_msg("%s %s [%lld -> %lld] T=%lld (%s): y[%lld,%lld] = %.9g, expected %.9g (tol %.3g)",
+                         pc->label, clef_dtype_get(type)->name, (long long)in, (long long)out,
+                         (long long)T, prec, (long long)t, (long long)r, got, ref, tol);
+            if (!(fabs(got - exact) <= bound + tol))
+                fail_msg("%s %s: y[%lld,%lld] = %.9g is %.3g from the unrounded product (rounding allows %.3g)",
+                         pc->label, clef_dtype_get(type)->name, (long long)t, (long long)r, got,
+                         fabs(got - exact), bound + tol);
+            worst = d / (mag + 1e-30) > worst ? d / (mag + 1e-30) : worst;
+        }
+    }
+    assert_memory_equal(y1, y3, (size_t)(T * out) * sizeof *y1);
+    printf("[simd] %-26s %-4s [%4lld -> %3lld] T=%-3lld %-4s max |d|/sum|xw| %.3g\n", pc->label,
+           clef_dtype_get(type)->name, (long long)in, (long long)out, (long long)T, prec, worst);
+    mm_workspace_free(&ws);
+    free(wd);
+    free(x);
+    free(xs);
+    free(slack);
+    free(y1);
+    free(y3);
+    free(row);
+}
+
+static void test_matmul_paths(void **state) {
+    (void)state;
+    path_case pcs[8];
+    int n = usable_targets(pcs);
+    tp_pool *pool;
+    assert_int_equal(tp_create(3, &pool, NULL), CLEF_OK);
+    const uint32_t types[] = {CLEF_DTYPE_F32, CLEF_DTYPE_F16, CLEF_DTYPE_BF16, CLEF_DTYPE_Q8_0,
+                              CLEF_DTYPE_Q4_K, CLEF_DTYPE_Q5_K, CLEF_DTYPE_Q6_K};
+    for (int p = 0; p < n; p++) {
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+            /* k tails past two 1024 blocks; rows not a multiple of any tile */
+            check_one(&pcs[p], types[i], 2304, 101, 13, pool);
+            check_one(&pcs[p], types[i], 256, 5, 1, pool);
+        }
+        check_one(&pcs[p], CLEF_DTYPE_Q8_0, 96, 200, 70, pool);
+        check_one(&pcs[p], CLEF_DTYPE_BF16, 4133, 9, 7, pool);  /* odd k, past 2048 */
+        check_one(&pcs[p], CLEF_DTYPE_F32, 13, 9, 4, pool);
+        check_one(&pcs[p], CLEF_DTYPE_BF16, 77, 50, 8, pool);
+    }
+    tp_free(pool);
+}
+
+/* ---- small GEMMs ---- */
+
+static void check_gemm(const path_case *pc, int64_t m, int64_t n, int64_t k, bool transA, bool nt,
+                       bool add) {
+    float *A = malloc((size_t)(m * k + 1) * sizeof *A), *B = malloc((size_t)(k * n + 1) * sizeof *B);
+    float *C = malloc((size_t)(m * n + 1) * sizeof *C), *C0 = malloc((size_t)(m * n + 1) * sizeof *C0);
+    for (int64_t i = 0; i < m * k; i++) A[i] = rnd_uniform(-1, 1);
+    for (int64_t i = 0; i < k * n; i++) B[i] = rnd_uniform(-1, 1);
+    for (int64_t i = 0; i < m * n; i++) C0[i] = C[i] = rnd_uniform(-1, 1);
+    /* A(i,kk): row-major [m][k], or stored transposed [k][m]; B: [k][n], or [n][k] for nt */
+    int64_t rsa = transA ? 1 : k, csa = transA ? m : 1;
+    if (nt) mm_gemm_nt(pc->tg.path, m, n, k, A, k, B, k, C, n, add);
+    else mm_gemm_nn(pc->tg.path, m, n, k, A, rsa, csa, B, n, C, n, add);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double ref = add ? C0[i * n + j] : 0.0, mag = fabs(ref);
+            for (int64_t kk = 0; kk < k; kk++) {
+                double a = nt ? A[i * k + kk] : A[i * rsa + kk * csa];
+                double b = nt ? B[j * k + kk] : B[kk * n + j];
+                ref += a * b;
+                mag += fabs(a * b);
+            }
+            if (!(fabs(C[i * n + j] - ref) <= 1e-5 * mag + 1e-6))
+                fail_msg("%s gemm_%s m=%lld n=%lld k=%lld%s: C[%lld,%lld] = %.9g, expected %.9g",
+                         pc->label, nt ? "nt" : "nn", (long long)m, (long long)n, (long long)k,
+                         transA ? " (Aᵀ)" : "", (long long)i, (long long)j, C[i * n + j], ref);
+        }
+    free(A);
+    free(B);
+    free(C);
+    free(C0);
+}
+
+static void test_gemm_paths(void **state) {
+    (void)state;
+    path_case pcs[8];
+    int n = usable_targets(pcs);
+    const int64_t shapes[][3] = {{1, 1, 1}, {8, 48, 16}, {13, 130, 67}, {64, 128, 128}, {3, 5, 0}, {70, 17, 9}};
+    for (int p = 0; p < n; p++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int v = 0; v < 6; v++)
+                check_gemm(&pcs[p], shapes[s][0], shapes[s][1], shapes[s][2], v & 1, v >= 4, v & 2);
+    printf("[simd] gemm nn/nt: %d paths x %zu shapes agree with double loops\n", n,
+           sizeof shapes / sizeof shapes[0]);
+}
+
+/* ---- feature detection and the choice of path ---- */
+
+static void test_cpu_choose(void **state) {
+    (void)state;
+    cpu_features f;
+    cpu_detect(&f);
+    cpu_target t;
+    clef_error err = {0};
+    assert_int_equal(cpu_choose("ref", &f, &t, &err), CLEF_OK);
+    assert_int_equal(t.path, CPU_PATH_REF);
+    assert_false(t.bf16 || t.vnni || t.amx);
+    assert_int_equal(cpu_choose(NULL, &f, &t, &err), CLEF_OK);
+    assert_true(cpu_path_supported(&f, t.path));
+    assert_true(t.path != CPU_PATH_AMX); /* never picked on its own */
+    printf("[simd] auto picks %s\n", cpu_target_name(&t));
+    assert_int_equal(cpu_choose("neon9", &f, &t, &err), CLEF_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.message, "neon9"));
+    /* a path the CPU lacks is refused by name; one it has is granted */
+    cpu_features none;
+    memset(&none, 0, sizeof none);
+    assert_int_equal(cpu_choose("avx512", &none, &t, &err), CLEF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "avx512"));
+    assert_int_equal(cpu_choose("amx", &none, &t, &err), CLEF_ERR_UNSUPPORTED);
+    assert_int_equal(cpu_choose("auto", &none, &t, &err), CLEF_OK);
+    assert_int_equal(t.path, CPU_PATH_REF);
+    if (cpu_path_supported(&f, CPU_PATH_AVX2)) {
+        assert_int_equal(cpu_choose("avx2", &f, &t, &err), CLEF_OK);
+        assert_int_equal(t.path, CPU_PATH_AVX2);
+        assert_false(t.bf16 || t.vnni);
+    }
+    if (cpu_path_supported(&f, CPU_PATH_AVX512)) {
+        assert_int_equal(cpu_choose("avx512", &f, &t, &err), CLEF_OK);
+        assert_int_equal(t.bf16, f.avx512bf16);
+        assert_int_equal(t.vnni, f.avx512vnni);
+    }
+    assert_string_equal(cpu_path_name(CPU_PATH_AVX512), "avx512");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_choose),
+        cmocka_unit_test(test_gemm_paths),
+        cmocka_unit_test(test_matmul_paths),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
