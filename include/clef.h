@@ -128,7 +128,7 @@ typedef struct clef_decide_options {
     /* Request limits (a request over one gets 400 naming it); 0 = default. */
     int max_questions;              /* questions per request; 0 = 256               */
     int max_choices;                /* options of a choice question; 0 = 255        */
-    int max_depth;                  /* JSON nesting of the body; 0 = 64 (max 2048)  */
+    int max_depth;                  /* JSON nesting of the body; 0 = 64 (max 1024)  */
 } clef_decide_options;
 
 clef_decide_options clef_decide_default_options(void);

@@ -52,7 +52,8 @@
 #define REQ_MAX_CHOICES 255          /* the contract's limit: the default of max_choices */
 #define REQ_MAX_SCORE_LEVELS 10
 #define REQ_DEFAULT_MAX_QUESTIONS 256
-#define REQ_MAX_DEPTH_LIMIT 2048     /* jansson's own parser limit: no higher max_depth   */
+#define REQ_MAX_DEPTH_LIMIT 1024     /* highest max_depth: inside jansson's parser limit
+                                        (2048 values) and the renderers' recursion    */
 
 typedef enum req_type {
     REQ_NOUL = 0,      /* also the head's type id */
