@@ -7,6 +7,13 @@
  * chunks of the same layer is small and kept in the run state: the last K−1
  * conv inputs, the delta-rule state S, and the layer's keys/values.  So the
  * scratch is [chunk]-sized except the residual stream x and K/V ([N] rows).
+ *
+ * A sequence may continue a saved state and save its own (qwen35_carry):
+ * the projections and the FFN run over the whole chunk, the conv, the delta
+ * rule and the attention per segment (one sequence's rows, cut at a save
+ * point), which is where a past's conv rows, S and K/V are put in and a
+ * save's are taken out.  K/V rows are laid out per sequence as past, then
+ * new tokens, so attention reads a continued sequence as one.
  */
 #include "model/qwen35.h"
 
