@@ -1,18 +1,37 @@
 /*
  * core/threadpool.c — the worker threads behind tp_run.
  *
- * One mutex and two condition variables: workers sleep on `start` until the
- * job generation changes, run their share, and the last one to finish wakes
- * the caller on `done`.  A job is a handful of pointers, so a generation
- * counter (rather than a queue) is all the hand-over needs.
+ * Hand-over is a generation counter: tp_run publishes fn/ctx and bumps it;
+ * workers notice and run their share; a `pending` count tells the caller when
+ * all are done.  A forward issues hundreds of short jobs (one per matmul,
+ * norm pass, attention chunk ...), so waking through a condition variable
+ * every time (tens of microseconds) would cost several percent: idle workers
+ * first spin on the counter for a while (TP_SPIN rounds of `pause`, about a
+ * millisecond) and only then sleep on `start`; the caller spins on `pending`
+ * (yielding now and then, which keeps an oversubscribed machine moving).
+ * Lost wake-ups are impossible: a worker going to sleep registers in
+ * `sleeping` and re-reads the generation under the lock; tp_run bumps the
+ * generation before reading `sleeping` (both sequentially consistent), so at
+ * least one of the two sees the other.
  */
 #include "core/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "core/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+static inline void cpu_relax(void) { _mm_pause(); }
+#else
+static inline void cpu_relax(void) {}
+#endif
+
+enum { TP_SPIN = 20000 };
 
 typedef struct tp_worker {
     tp_pool *pool;
@@ -26,37 +45,42 @@ struct tp_pool {
     tp_worker *workers;         /* [n_threads - 1]                          */
 
     pthread_mutex_t run_lock;   /* serialises tp_run callers                */
-    pthread_mutex_t lock;       /* guards everything below                  */
+    pthread_mutex_t lock;       /* guards the sleep/wake hand-over          */
     pthread_cond_t start;
-    pthread_cond_t done;
-    uint64_t generation;        /* bumped once per job                      */
-    int pending;                /* workers still running the current job    */
-    int stop;
-    tp_fn fn;
+    _Atomic uint64_t generation; /* bumped once per job                     */
+    atomic_int pending;         /* workers still running the current job    */
+    atomic_int sleeping;        /* workers asleep (or about to) on `start`  */
+    atomic_int stop;
+    tp_fn fn;                   /* written before the generation bump       */
     void *ctx;
 };
+
+/* Wait until the generation differs from `seen` (or stop); returns it. */
+static uint64_t tp_wait_job(tp_pool *p, uint64_t seen) {
+    for (int i = 0; i < TP_SPIN; i++) {
+        uint64_t g = atomic_load(&p->generation);
+        if (g != seen || atomic_load(&p->stop)) return g;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->lock);
+    atomic_fetch_add(&p->sleeping, 1);
+    uint64_t g;
+    while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop))
+        pthread_cond_wait(&p->start, &p->lock);
+    atomic_fetch_sub(&p->sleeping, 1);
+    pthread_mutex_unlock(&p->lock);
+    return g;
+}
 
 static void *tp_worker_main(void *arg) {
     tp_worker *w = arg;
     tp_pool *p = w->pool;
     uint64_t seen = 0;
     for (;;) {
-        pthread_mutex_lock(&p->lock);
-        while (p->generation == seen && !p->stop) pthread_cond_wait(&p->start, &p->lock);
-        if (p->stop) {
-            pthread_mutex_unlock(&p->lock);
-            return NULL;
-        }
-        seen = p->generation;
-        tp_fn fn = p->fn;
-        void *ctx = p->ctx;
-        pthread_mutex_unlock(&p->lock);
-
-        fn(ctx, w->ith, p->n_threads);
-
-        pthread_mutex_lock(&p->lock);
-        if (--p->pending == 0) pthread_cond_signal(&p->done);
-        pthread_mutex_unlock(&p->lock);
+        seen = tp_wait_job(p, seen);
+        if (atomic_load(&p->stop)) return NULL;
+        p->fn(p->ctx, w->ith, p->n_threads);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
     }
 }
 
@@ -75,7 +99,6 @@ clef_status tp_create(int n_threads, tp_pool **out, clef_error *err) {
     pthread_mutex_init(&p->run_lock, NULL);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->start, NULL);
-    pthread_cond_init(&p->done, NULL);
     if (n_threads > 1) {
         p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
         if (!p->workers) {
@@ -100,12 +123,11 @@ clef_status tp_create(int n_threads, tp_pool **out, clef_error *err) {
 void tp_free(tp_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->lock);
-    p->stop = 1;
+    atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->lock);
     for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].thread, NULL);
     free(p->workers);
-    pthread_cond_destroy(&p->done);
     pthread_cond_destroy(&p->start);
     pthread_mutex_destroy(&p->lock);
     pthread_mutex_destroy(&p->run_lock);
@@ -120,19 +142,22 @@ void tp_run(tp_pool *p, tp_fn fn, void *ctx) {
         return;
     }
     pthread_mutex_lock(&p->run_lock);
-    pthread_mutex_lock(&p->lock);
     p->fn = fn;
     p->ctx = ctx;
-    p->pending = p->n_threads - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->start);
-    pthread_mutex_unlock(&p->lock);
+    atomic_store(&p->pending, p->n_threads - 1);
+    atomic_fetch_add(&p->generation, 1);
+    if (atomic_load(&p->sleeping) > 0) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->start);
+        pthread_mutex_unlock(&p->lock);
+    }
 
     fn(ctx, 0, p->n_threads);
 
-    pthread_mutex_lock(&p->lock);
-    while (p->pending > 0) pthread_cond_wait(&p->done, &p->lock);
-    pthread_mutex_unlock(&p->lock);
+    for (unsigned spins = 1; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins % 1024 == 0) sched_yield();
+        else cpu_relax();
+    }
     pthread_mutex_unlock(&p->run_lock);
 }
 
