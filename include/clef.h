@@ -211,6 +211,39 @@ void clef_engine_get_stats(clef_engine *engine, clef_engine_stats *out);
  * of any GGUF file to out (what `clef info` shows). */
 clef_status clef_describe_file(const char *path, FILE *out, clef_error *err);
 
+/* ---- writing model files ---------------------------------------------------- */
+
+/* Weight-type recipes by name: "F32", "F16", "BF16", "Q8_0", "Q4_K_M",
+ * "Q5_K_M", "Q6_K" (llama-quantize's choices per tensor; the decision head
+ * is never re-encoded).  Both writers stream: memory stays bounded by a
+ * chunk of rows, whatever the model's size. */
+typedef struct clef_write_params {
+    int n_threads;          /* threads encoding rows; 0 = all cores          */
+    FILE *log;              /* one progress line per tensor; NULL = silent   */
+} clef_write_params;
+
+clef_write_params clef_write_default_params(void);
+
+/* Re-encode the GGUF model at in_path into out_path with recipe `type`:
+ * metadata copied with general.file_type set, tensors in file order. */
+clef_status clef_quantize_file(const char *in_path, const char *out_path, const char *type,
+                               const clef_write_params *params, clef_error *err);
+
+/* A random-weight model (benchmarks and tests: its answers mean nothing).
+ * arch "clef" (backbone + decision head) or "qwen35"; shape "tiny" (like the
+ * oracle's clef-tiny), "small" (hidden 256: every K-quant path), "0.8b"
+ * (Qwen3.5-0.8B-shaped), "flash" (Clef-Flash-shaped); type as above.
+ * Same arguments, same bytes. */
+typedef struct clef_synth_spec {
+    const char *arch;
+    const char *shape;
+    const char *type;
+    uint64_t seed;
+} clef_synth_spec;
+
+clef_status clef_synth_model(const clef_synth_spec *spec, const char *out_path,
+                             const clef_write_params *params, clef_error *err);
+
 #ifdef __cplusplus
 }
 #endif
