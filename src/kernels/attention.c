@@ -10,9 +10,12 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 
 enum { ATTN_BLOCK = 64 };
 
@@ -78,4 +81,130 @@ void attn_causal(tp_pool *pool, const float *q, const float *k, const float *v,
     assert(D > 0 && D <= ATTN_MAX_HEAD_DIM && Hkv > 0 && H % Hkv == 0);
     attn_job job = {q, k, v, pos, q0, Tq, H, Hkv, D, scale, out};
     tp_run(pool, attn_task, &job);
+}
+
+/* ==== blocked path on the small-GEMM kernels ============================== */
+
+typedef struct attn_item {
+    int kh;             /* K/V head                                            */
+    int64_t t0, n;      /* query tokens [t0, t0+n) of one sequence             */
+    int64_t cost;       /* keys x queries: the order items are handed out in   */
+} attn_item;
+
+typedef struct attn_fast_job {
+    cpu_path path;
+    attn_job a;
+    attn_item *items;
+    int64_t n_items;
+    atomic_int_fast64_t next;
+    float *scratch;     /* per thread: thread_floats                           */
+    size_t thread_floats;
+} attn_fast_job;
+
+static int item_cmp(const void *x, const void *y) {
+    const attn_item *a = x, *b = y;
+    return a->cost < b->cost ? 1 : a->cost > b->cost ? -1 : (a->kh > b->kh) - (a->kh < b->kh);
+}
+
+/* One item: rows r = i·group + hg for query token t0+i and head kh·group+hg. */
+static void attn_item_run(const attn_fast_job *j, const attn_item *it, float *buf) {
+    const attn_job *a = &j->a;
+    const int D = a->D, group = a->H / a->Hkv;
+    const int64_t kvs = (int64_t)a->Hkv * D, rows = it->n * group;
+    float *Q = buf, *O = Q + rows * D, *P = O + rows * D, *m = P + rows * ATTN_BLOCK, *l = m + rows;
+    for (int64_t i = 0; i < it->n; i++)
+        memcpy(Q + i * group * D, a->q + ((it->t0 + i) * a->H + (int64_t)it->kh * group) * D,
+               (size_t)(group * D) * sizeof *Q);
+    memset(O, 0, (size_t)(rows * D) * sizeof *O);
+    for (int64_t r = 0; r < rows; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    const int64_t first = a->q0 + it->t0 - a->pos[it->t0]; /* the sequence's first key */
+    const int64_t last = a->q0 + it->t0 + it->n - 1;      /* the last query's own key */
+    for (int64_t j0 = first; j0 <= last; j0 += ATTN_BLOCK) {
+        int64_t nb = last + 1 - j0 < ATTN_BLOCK ? last + 1 - j0 : ATTN_BLOCK;
+        const float *kb = a->k + j0 * kvs + (int64_t)it->kh * D, *vb = a->v + j0 * kvs + (int64_t)it->kh * D;
+        mm_gemm_nt(j->path, rows, nb, D, Q, D, kb, kvs, P, ATTN_BLOCK, false);
+        for (int64_t r = 0; r < rows; r++) {
+            float *p = P + r * ATTN_BLOCK;
+            int64_t valid = a->q0 + it->t0 + r / group - j0 + 1; /* keys up to the query itself */
+            if (valid > nb) valid = nb;
+            if (valid <= 0) {
+                memset(p, 0, (size_t)nb * sizeof *p);
+                continue;
+            }
+            float bmax = -INFINITY;
+            for (int64_t c = 0; c < valid; c++) {
+                p[c] *= a->scale;
+                bmax = p[c] > bmax ? p[c] : bmax;
+            }
+            if (bmax > m[r]) {
+                /* rescale what was accumulated under the old maximum */
+                float corr = expf(m[r] - bmax);
+                l[r] *= corr;
+                for (int d = 0; d < D; d++) O[r * D + d] *= corr;
+                m[r] = bmax;
+            }
+            for (int64_t c = 0; c < valid; c++) p[c] -= m[r];
+            op_exp_ex(j->path, p, p, valid);
+            for (int64_t c = 0; c < valid; c++) l[r] += p[c];
+            for (int64_t c = valid; c < nb; c++) p[c] = 0.0f;
+        }
+        mm_gemm_nn(j->path, rows, D, nb, P, ATTN_BLOCK, 1, vb, kvs, O, D, true);
+    }
+    for (int64_t i = 0; i < it->n; i++)
+        for (int hg = 0; hg < group; hg++) {
+            int64_t r = i * group + hg;
+            float inv = 1.0f / l[r], *o = a->out + ((it->t0 + i) * a->H + (int64_t)it->kh * group + hg) * D;
+            for (int d = 0; d < D; d++) o[d] = O[r * D + d] * inv;
+        }
+}
+
+static void attn_fast_task(void *ctx, int ith, int nth) {
+    attn_fast_job *j = ctx;
+    (void)nth;
+    float *buf = j->scratch + (size_t)ith * j->thread_floats;
+    for (;;) {
+        int64_t i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->n_items) return;
+        attn_item_run(j, &j->items[i], buf);
+    }
+}
+
+void attn_causal_ex(cpu_path path, tp_pool *pool, const float *q, const float *k, const float *v,
+                    const int32_t *pos, int64_t q0, int64_t Tq, int H, int Hkv, int D, float scale,
+                    float *out) {
+    assert(D > 0 && D <= ATTN_MAX_HEAD_DIM && Hkv > 0 && H % Hkv == 0);
+    if (path == CPU_PATH_REF || Tq <= 0) {
+        attn_causal(pool, q, k, v, pos, q0, Tq, H, Hkv, D, scale, out);
+        return;
+    }
+    const int group = H / Hkv;
+    /* items: runs of one sequence cut into ATTN_QBLOCK tokens, for every K/V head */
+    int64_t n_runs = 0;
+    for (int64_t t = 0; t < Tq; t++)
+        if (t == 0 || pos[t] != pos[t - 1] + 1 || pos[t] % ATTN_QBLOCK == 0) n_runs++;
+    attn_fast_job j = {.path = path, .a = {q, k, v, pos, q0, Tq, H, Hkv, D, scale, out}};
+    j.thread_floats = (size_t)ATTN_QBLOCK * group * (2 * (size_t)D + ATTN_BLOCK + 2);
+    j.items = malloc((size_t)(n_runs * Hkv) * sizeof *j.items);
+    j.scratch = malloc((size_t)tp_size(pool) * j.thread_floats * sizeof *j.scratch);
+    if (!j.items || !j.scratch) {
+        free(j.items);
+        free(j.scratch);
+        attn_causal(pool, q, k, v, pos, q0, Tq, H, Hkv, D, scale, out);
+        return;
+    }
+    for (int64_t t = 0; t < Tq;) {
+        int64_t n = 1;
+        while (t + n < Tq && pos[t + n] == pos[t + n - 1] + 1 && pos[t + n] % ATTN_QBLOCK != 0) n++;
+        for (int kh = 0; kh < Hkv; kh++)
+            j.items[j.n_items++] = (attn_item){kh, t, n, (pos[t] + n) * n};
+        t += n;
+    }
+    qsort(j.items, (size_t)j.n_items, sizeof *j.items, item_cmp);
+    atomic_init(&j.next, 0);
+    tp_run(pool, attn_fast_task, &j);
+    free(j.items);
+    free(j.scratch);
 }

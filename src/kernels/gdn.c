@@ -10,8 +10,10 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "kernels/matmul.h"
 #include "kernels/ops.h"
 
 typedef struct conv_job {
@@ -113,4 +115,215 @@ void gdn_delta_rule(tp_pool *pool, const float *q, const float *k, const float *
     assert(Dk <= GDN_MAX_HEAD_DIM && Dv <= GDN_MAX_HEAD_DIM && Hk > 0 && Hv > 0);
     delta_job job = {q, k, v, ld, g, beta, pos, T, Hk, Hv, Dk, Dv, S, o};
     tp_run(pool, delta_task, &job);
+}
+
+/* ==== vectorised conv ===================================================== */
+
+typedef struct conv_fast_job {
+    cpu_path path;
+    const float *hist, *wt;  /* wt [K][C]: the taps transposed               */
+    const int32_t *pos;
+    int64_t T, C;
+    int K;
+    float *out;
+} conv_fast_job;
+
+/* out[0..n) = Σ_{k ≥ first} hist_k[i]·w_k[i], the taps in the reference's order. */
+static inline __attribute__((always_inline)) void conv_row(const float *hist, const float *wt,
+                                                           int64_t C, int first, int K, float *o,
+                                                           int64_t n) {
+    for (int64_t i = 0; i < n; i++) o[i] = 0.0f;
+    for (int k = first; k < K; k++) {
+        const float *h = hist + k * C, *w = wt + k * C;
+        for (int64_t i = 0; i < n; i++) o[i] += h[i] * w[i];
+    }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void
+conv_row_avx512(const float *hist, const float *wt, int64_t C, int first, int K, float *o, int64_t n) {
+    conv_row(hist, wt, C, first, K, o, n);
+}
+__attribute__((target("avx2,fma"))) static void
+conv_row_avx2(const float *hist, const float *wt, int64_t C, int first, int K, float *o, int64_t n) {
+    conv_row(hist, wt, C, first, K, o, n);
+}
+#endif
+
+static void conv_fast_task(void *ctx, int ith, int nth) {
+    const conv_fast_job *j = ctx;
+    int64_t c0, c1;
+    tp_split(j->C, 16, ith, nth, &c0, &c1);
+    if (c0 >= c1) return;
+    for (int64_t t = 0; t < j->T; t++) {
+        int first = j->K - 1 - j->pos[t];
+        if (first < 0) first = 0;
+        const float *h = j->hist + t * j->C + c0, *w = j->wt + c0;
+        float *o = j->out + t * j->C + c0;
+#if defined(__x86_64__)
+        if (j->path == CPU_PATH_AVX2) conv_row_avx2(h, w, j->C, first, j->K, o, c1 - c0);
+        else conv_row_avx512(h, w, j->C, first, j->K, o, c1 - c0);
+#else
+        conv_row(h, w, j->C, first, j->K, o, c1 - c0);
+#endif
+        op_mul_sigmoid_ex(j->path, o, o, c1 - c0); /* silu(x) = x·σ(x) */
+    }
+}
+
+void gdn_conv1d_silu_ex(cpu_path path, tp_pool *pool, const float *hist, const float *w,
+                        const int32_t *pos, int64_t T, int64_t C, int K, float *out) {
+    float *wt = path == CPU_PATH_REF ? NULL : malloc((size_t)K * (size_t)C * sizeof *wt);
+    if (!wt) {
+        gdn_conv1d_silu(pool, hist, w, pos, T, C, K, out);
+        return;
+    }
+    for (int64_t ch = 0; ch < C; ch++)
+        for (int k = 0; k < K; k++) wt[k * C + ch] = w[ch * K + k];
+    conv_fast_job job = {path, hist, wt, pos, T, C, K, out};
+    if (T * C * K < 65536) pool = NULL;
+    tp_run(pool, conv_fast_task, &job);
+    free(wt);
+}
+
+/* ==== chunked delta rule ================================================== */
+
+enum { NC = GDN_CHUNK };
+
+/* One thread's scratch for one chunk. */
+typedef struct chunk_buf {
+    float *kq;      /* [2n][Dk]: k rows then q·scale rows                       */
+    float *p;       /* [2n][Dv]: S0ᵀk_t rows then S0ᵀq_t rows                   */
+    float *m;       /* [2n][n]:  k_t·k_s then q_t·k_s                           */
+    float *r;       /* [n][Dv]:  R, then e^{G_n−G_s}·δ_s                        */
+    float *d;       /* [n][Dv]:  Δ                                              */
+    float *a;       /* [n][n]:   (I + A)⁻¹ built row by row                     */
+    float *wq;      /* [n][n]:   e^{G_t−G_s}(q_t·k_s), s ≤ t                    */
+    float *e;       /* [n]       scratch row of exponents                       */
+} chunk_buf;
+
+static size_t chunk_floats(int Dk, int Dv) {
+    return (size_t)(2 * NC) * (size_t)(Dk + Dv + NC) + 2 * (size_t)NC * (size_t)Dv + 2 * NC * NC + NC;
+}
+
+static void chunk_buf_at(float *base, int Dk, int Dv, chunk_buf *b) {
+    b->kq = base;
+    b->p = b->kq + 2 * NC * Dk;
+    b->m = b->p + 2 * NC * Dv;
+    b->r = b->m + 2 * NC * NC;
+    b->d = b->r + NC * Dv;
+    b->a = b->d + NC * Dv;
+    b->wq = b->a + NC * NC;
+    b->e = b->wq + NC * NC;
+}
+
+typedef struct chunk_job {
+    cpu_path path;
+    const delta_job *dj;
+    float *scratch;     /* per thread chunk_floats                           */
+} chunk_job;
+
+/* Tokens [t0, t0+n) of value head h, one chunk (no sequence start inside but
+ * possibly at t0).  S [Dk][Dv] in/out. */
+static void delta_chunk(const chunk_job *cj, chunk_buf *b, int h, int64_t t0, int n) {
+    const delta_job *j = cj->dj;
+    const cpu_path path = cj->path;
+    const int Dk = j->Dk, Dv = j->Dv, hk = h % j->Hk;
+    const float scale = 1.0f / sqrtf((float)Dk);
+    float *S = j->S + (int64_t)h * Dk * Dv;
+    if (j->pos[t0] == 0) memset(S, 0, (size_t)Dk * (size_t)Dv * sizeof *S);
+    float G[NC], gam[NC], beta[NC];
+    float acc = 0.0f;
+    for (int t = 0; t < n; t++) {
+        acc += j->g[(t0 + t) * j->Hv + h];
+        G[t] = acc;
+        beta[t] = j->beta[(t0 + t) * j->Hv + h];
+    }
+    op_exp_ex(path, G, gam, n);
+    for (int t = 0; t < n; t++) {
+        const float *kt = j->k + (t0 + t) * j->ld + (int64_t)hk * Dk;
+        const float *qt = j->q + (t0 + t) * j->ld + (int64_t)hk * Dk;
+        memcpy(b->kq + (int64_t)t * Dk, kt, (size_t)Dk * sizeof *kt);
+        for (int i = 0; i < Dk; i++) b->kq[(int64_t)(n + t) * Dk + i] = qt[i] * scale;
+    }
+    /* P = [K; Q]·S0,  M = [K; Q]·Kᵀ */
+    mm_gemm_nn(path, 2 * n, Dv, Dk, b->kq, Dk, 1, S, Dv, b->p, Dv, false);
+    mm_gemm_nt(path, 2 * n, n, Dk, b->kq, Dk, b->kq, Dk, b->m, n, false);
+    /* R_t = β_t (v_t − γ_t·S0ᵀk_t) */
+    for (int t = 0; t < n; t++) {
+        const float *vt = j->v + (t0 + t) * j->ld + (int64_t)h * Dv;
+        const float *pk = b->p + (int64_t)t * Dv;
+        float *rt = b->r + (int64_t)t * Dv;
+        for (int c = 0; c < Dv; c++) rt[c] = beta[t] * (vt[c] - gam[t] * pk[c]);
+    }
+    /* (I + A)⁻¹ by rows: row t = e_t − Σ_{s<t} A[t][s]·row s (rows are lower
+     * triangular, so row s has entries 0..s).  e = G_t − G_s, exponentiated. */
+    for (int t = 0; t < n; t++) {
+        float *at = b->a + t * NC;
+        for (int s = 0; s < t; s++) b->e[s] = G[t] - G[s];
+        op_exp_ex(path, b->e, b->e, t);
+        for (int s = 0; s <= t; s++) at[s] = s == t ? 1.0f : 0.0f;
+        for (int s = 0; s < t; s++) {
+            float coef = beta[t] * b->e[s] * b->m[t * n + s];
+            const float *as = b->a + s * NC;
+            for (int u = 0; u <= s; u++) at[u] -= coef * as[u];
+        }
+        /* the output weights of row t: e^{G_t−G_s}(q_t·k_s), s ≤ t */
+        float *wt = b->wq + t * NC;
+        for (int s = 0; s < t; s++) wt[s] = b->e[s] * b->m[(n + t) * n + s];
+        wt[t] = b->m[(n + t) * n + t];
+        for (int s = t + 1; s < n; s++) wt[s] = 0.0f;
+        for (int s = t + 1; s < n; s++) at[s] = 0.0f;
+    }
+    /* Δ = (I + A)⁻¹ R */
+    mm_gemm_nn(path, n, Dv, n, b->a, NC, 1, b->r, Dv, b->d, Dv, false);
+    /* o_t = γ_t·S0ᵀq_t + Σ_s wq[t][s] δ_s */
+    for (int t = 0; t < n; t++) {
+        float *ot = j->o + ((t0 + t) * j->Hv + h) * Dv;
+        const float *pq = b->p + (int64_t)(n + t) * Dv;
+        for (int c = 0; c < Dv; c++) ot[c] = gam[t] * pq[c];
+    }
+    mm_gemm_nn(path, n, Dv, n, b->wq, NC, 1, b->d, Dv, j->o + (t0 * j->Hv + h) * Dv,
+               (int64_t)j->Hv * Dv, true);
+    /* S = γ_n·S0 + Kᵀ·(e^{G_n−G_s} δ_s) */
+    for (int s = 0; s < n; s++) b->e[s] = G[n - 1] - G[s];
+    op_exp_ex(path, b->e, b->e, n);
+    for (int s = 0; s < n; s++)
+        for (int c = 0; c < Dv; c++) b->r[(int64_t)s * Dv + c] = b->e[s] * b->d[(int64_t)s * Dv + c];
+    const float gl = gam[n - 1];
+    for (int64_t i = 0; i < (int64_t)Dk * Dv; i++) S[i] *= gl;
+    mm_gemm_nn(path, Dk, Dv, n, b->kq, 1, Dk, b->r, Dv, S, Dv, true);
+}
+
+static void chunk_task(void *ctx, int ith, int nth) {
+    const chunk_job *cj = ctx;
+    const delta_job *j = cj->dj;
+    chunk_buf b;
+    chunk_buf_at(cj->scratch + (size_t)ith * chunk_floats(j->Dk, j->Dv), j->Dk, j->Dv, &b);
+    int64_t h0, h1;
+    tp_split(j->Hv, 1, ith, nth, &h0, &h1);
+    for (int64_t h = h0; h < h1; h++)
+        for (int64_t t = 0; t < j->T;) {
+            int n = 1;
+            while (t + n < j->T && n < NC && j->pos[t + n] != 0 && j->pos[t + n] % NC != 0) n++;
+            delta_chunk(cj, &b, (int)h, t, n);
+            t += n;
+        }
+}
+
+void gdn_delta_rule_ex(cpu_path path, tp_pool *pool, const float *q, const float *k,
+                       const float *v, int64_t ld, const float *g, const float *beta,
+                       const int32_t *pos, int64_t T, int Hk, int Hv, int Dk, int Dv, float *S,
+                       float *o) {
+    assert(Dk <= GDN_MAX_HEAD_DIM && Dv <= GDN_MAX_HEAD_DIM && Hk > 0 && Hv > 0);
+    int nth = tp_size(pool) < Hv ? tp_size(pool) : Hv;
+    float *scratch = path == CPU_PATH_REF ? NULL
+                                          : malloc((size_t)nth * chunk_floats(Dk, Dv) * sizeof(float));
+    if (!scratch) {
+        gdn_delta_rule(pool, q, k, v, ld, g, beta, pos, T, Hk, Hv, Dk, Dv, S, o);
+        return;
+    }
+    delta_job dj = {q, k, v, ld, g, beta, pos, T, Hk, Hv, Dk, Dv, S, o};
+    chunk_job cj = {path, &dj, scratch};
+    tp_run(pool, chunk_task, &cj);
+    free(scratch);
 }

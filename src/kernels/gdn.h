@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 
+#include "core/cpu.h"
 #include "core/threadpool.h"
 
 /* Largest Dk / Dv the kernels accept (the model checks at load). */
@@ -44,5 +45,32 @@ void gdn_conv_shift(float *hist, int64_t T, int64_t C, int K);
 void gdn_delta_rule(tp_pool *pool, const float *q, const float *k, const float *v, int64_t ld,
                     const float *g, const float *beta, const int32_t *pos, int64_t T,
                     int Hk, int Hv, int Dk, int Dv, float *S, float *o);
+
+/* The same two operations on the kernels of `path`.
+ * gdn_conv1d_silu_ex: vectorised over channels (same sums in the same order;
+ * the SiLU uses the vector e^x).
+ * gdn_delta_rule_ex: ref runs gdn_delta_rule; other paths the chunked form
+ * (below), falling back to gdn_delta_rule if scratch cannot be allocated.
+ *
+ * Chunked form (llama.cpp / FLA's WY representation, chunks of
+ * GDN_CHUNK tokens).  In a chunk of n tokens of one head with start state S0,
+ * G_t = Σ_{s≤t} g_s, γ_t = e^{G_t}:
+ *   (I + A) Δ = R,  A[t][s] = β_t·e^{G_t−G_s}·k_t·k_s (s < t),
+ *                   R_t = β_t (v_t − γ_t·S0ᵀk_t)           (rows δ_t of Δ)
+ *   o_t = γ_t·S0ᵀq_t + Σ_{s≤t} e^{G_t−G_s}(q_t·k_s) δ_s
+ *   S_n = γ_n·S0 + Σ_s e^{G_n−G_s} k_s δ_sᵀ
+ * which is the sequential recurrence regrouped: (I + A)⁻¹ comes from
+ * forward substitution on the n x n system, everything else is small GEMMs
+ * (mm_gemm_nn / mm_gemm_nt).  Chunks break at GDN_CHUNK-multiples of the
+ * position and at sequence starts, so a sequence continued from a state
+ * saved at such a multiple sees the same chunks as the uninterrupted run.
+ * Work is split across value heads. */
+#define GDN_CHUNK 64
+void gdn_conv1d_silu_ex(cpu_path path, tp_pool *pool, const float *hist, const float *w,
+                        const int32_t *pos, int64_t T, int64_t C, int K, float *out);
+void gdn_delta_rule_ex(cpu_path path, tp_pool *pool, const float *q, const float *k,
+                       const float *v, int64_t ld, const float *g, const float *beta,
+                       const int32_t *pos, int64_t T, int Hk, int Hv, int Dk, int Dv, float *S,
+                       float *o);
 
 #endif

@@ -10,6 +10,8 @@
 #include <assert.h>
 #include <math.h>
 
+#include "kernels/simd.h"
+
 void op_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t n_rows, float eps) {
     for (int64_t r = 0; r < n_rows; r++) {
         const float *xr = x + r * n;
@@ -104,4 +106,54 @@ void op_rope_neox(float *x, int64_t T, int n_head, int head_dim, int n_rot,
 
 void op_embed(const mm_weight *w, const int32_t *ids, int64_t n, float *out) {
     for (int64_t t = 0; t < n; t++) mm_get_row(w, ids[t], out + t * w->in);
+}
+
+/* ---- dispatch to the vector kernels ---- */
+
+static bool wide(cpu_path p) { return p == CPU_PATH_AVX512 || p == CPU_PATH_AMX; }
+
+void op_rmsnorm_ex(cpu_path path, float *y, const float *x, const float *w, int64_t n,
+                   int64_t n_rows, float eps) {
+    if (wide(path)) avx512_rmsnorm(y, x, w, n, n_rows, eps);
+    else if (path == CPU_PATH_AVX2) avx2_rmsnorm(y, x, w, n, n_rows, eps);
+    else op_rmsnorm(y, x, w, n, n_rows, eps);
+}
+
+void op_l2norm_ex(cpu_path path, float *x, int64_t n, int64_t n_rows, float eps) {
+    if (wide(path)) avx512_l2norm(x, n, n_rows, eps);
+    else if (path == CPU_PATH_AVX2) avx2_l2norm(x, n, n_rows, eps);
+    else op_l2norm(x, n, n_rows, eps);
+}
+
+void op_sigmoid_ex(cpu_path path, float *x, int64_t n) {
+    if (wide(path)) avx512_sigmoid(x, n);
+    else if (path == CPU_PATH_AVX2) avx2_sigmoid(x, n);
+    else op_sigmoid(x, n);
+}
+
+void op_silu_mul_ex(cpu_path path, float *x, const float *g, int64_t n) {
+    if (wide(path)) avx512_silu_mul(x, g, n);
+    else if (path == CPU_PATH_AVX2) avx2_silu_mul(x, g, n);
+    else op_silu_mul(x, g, n);
+}
+
+void op_mul_silu_ex(cpu_path path, float *x, const float *g, int64_t n) {
+    if (wide(path)) avx512_mul_silu(x, g, n);
+    else if (path == CPU_PATH_AVX2) avx2_mul_silu(x, g, n);
+    else
+        for (int64_t i = 0; i < n; i++) x[i] *= op_silu1(g[i]);
+}
+
+void op_mul_sigmoid_ex(cpu_path path, float *x, const float *g, int64_t n) {
+    if (wide(path)) avx512_mul_sigmoid(x, g, n);
+    else if (path == CPU_PATH_AVX2) avx2_mul_sigmoid(x, g, n);
+    else
+        for (int64_t i = 0; i < n; i++) x[i] *= op_sigmoid1(g[i]);
+}
+
+void op_exp_ex(cpu_path path, const float *x, float *y, int64_t n) {
+    if (wide(path)) avx512_exp(x, y, n);
+    else if (path == CPU_PATH_AVX2) avx2_exp(x, y, n);
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]);
 }

@@ -55,6 +55,19 @@ void op_rope_neox(float *x, int64_t T, int n_head, int head_dim, int n_rot,
  * i takes its position from, as op_rope_neox uses it. */
 int op_rope_pair_stream(const int sections[4], int i);
 
+/* The same operations on the kernels of `path` (core/cpu.h).  ref: exactly
+ * the functions above.  avx2/avx512/amx: vectorised, with a polynomial e^x
+ * within 2 ulp of libm's (kernels/simd.h) and norms' sums of squares in
+ * double in another order — float-rounding differences only. */
+void op_rmsnorm_ex(cpu_path path, float *y, const float *x, const float *w, int64_t n,
+                   int64_t n_rows, float eps);
+void op_l2norm_ex(cpu_path path, float *x, int64_t n, int64_t n_rows, float eps);
+void op_sigmoid_ex(cpu_path path, float *x, int64_t n);
+void op_silu_mul_ex(cpu_path path, float *x, const float *g, int64_t n); /* x = silu(x)·g */
+void op_mul_silu_ex(cpu_path path, float *x, const float *g, int64_t n); /* x = x·silu(g) */
+void op_mul_sigmoid_ex(cpu_path path, float *x, const float *g, int64_t n); /* x = x·σ(g) */
+void op_exp_ex(cpu_path path, const float *x, float *y, int64_t n);      /* y = e^x      */
+
 /* out[t][0..w->in) = row ids[t] of w (an embedding table [V][E]).  Every
  * id must be in [0, w->out): the caller validates. */
 void op_embed(const mm_weight *w, const int32_t *ids, int64_t n, float *out);

@@ -87,7 +87,27 @@ void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int6
                      int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                      bool add);
 
+/* Elementwise, n values (x == y allowed).  exp: Cephes' expf polynomial on
+ * a ln 2 range reduction, within 2 ulp of libm; inputs below −87.3 give 0
+ * (avx2) or the gradual underflow (avx512). */
+void avx512_exp(const float *x, float *y, int64_t n);
+void avx512_silu_mul(float *x, const float *g, int64_t n);    /* x = silu(x)·g   */
+void avx512_mul_silu(float *x, const float *g, int64_t n);    /* x = x·silu(g)   */
+void avx512_mul_sigmoid(float *x, const float *g, int64_t n); /* x = x·σ(g)      */
+void avx512_sigmoid(float *x, int64_t n);
+/* y = x / sqrt(mean(x²) + eps) · w per row (sum of squares in double). */
+void avx512_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps);
+/* x = x / max(‖x‖, eps) per row (double sum). */
+void avx512_l2norm(float *x, int64_t n, int64_t rows, float eps);
+
 /* ---- AVX2 + FMA (simd_avx2.c) ---- */
+void avx2_exp(const float *x, float *y, int64_t n);
+void avx2_silu_mul(float *x, const float *g, int64_t n);
+void avx2_mul_silu(float *x, const float *g, int64_t n);
+void avx2_mul_sigmoid(float *x, const float *g, int64_t n);
+void avx2_sigmoid(float *x, int64_t n);
+void avx2_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps);
+void avx2_l2norm(float *x, int64_t n, int64_t rows, float eps);
 void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
 void avx2_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,

@@ -8,6 +8,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define T256 __attribute__((target("avx2,fma")))
@@ -138,9 +139,103 @@ T256 void avx2_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t 
     }
 }
 
+/* ==== elementwise ============================================================= */
+
+/* e^x as in simd_avx512.c; 2^n through the exponent bits, so inputs below
+ * −87.3 (results under FLT_MIN) give 0. */
+INLINE T256 __m256 exp8(__m256 x) {
+    __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_LT_OQ);
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.72283f)), _mm256_set1_ps(-87.33654f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    /* n in [−126, 128]: 2^n = 2^(n/2)·2^(n−n/2) keeps both factors normal */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i h = _mm256_srai_epi32(ni, 1), l = _mm256_sub_epi32(ni, h);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(l, _mm256_set1_epi32(127)), 23));
+    y = _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+    return _mm256_andnot_ps(tiny, y);
+}
+
+INLINE T256 __m256 sigmoid8(__m256 x) {
+    __m256 one = _mm256_set1_ps(1.0f);
+    return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+#define AVX2_MAP(body)                                                                          \
+    for (int64_t i = 0; i < n; i += 8) {                                                        \
+        __m256i m = lanes8(n - i);                                                              \
+        body                                                                                    \
+    }
+
+T256 void avx2_exp(const float *x, float *y, int64_t n) {
+    AVX2_MAP(_mm256_maskstore_ps(y + i, m, exp8(_mm256_maskload_ps(x + i, m)));)
+}
+T256 void avx2_sigmoid(float *x, int64_t n) {
+    AVX2_MAP(_mm256_maskstore_ps(x + i, m, sigmoid8(_mm256_maskload_ps(x + i, m)));)
+}
+T256 void avx2_silu_mul(float *x, const float *g, int64_t n) {
+    AVX2_MAP(__m256 v = _mm256_maskload_ps(x + i, m);
+             _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_mul_ps(v, sigmoid8(v)), _mm256_maskload_ps(g + i, m)));)
+}
+T256 void avx2_mul_silu(float *x, const float *g, int64_t n) {
+    AVX2_MAP(__m256 v = _mm256_maskload_ps(g + i, m);
+             _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), _mm256_mul_ps(v, sigmoid8(v))));)
+}
+T256 void avx2_mul_sigmoid(float *x, const float *g, int64_t n) {
+    AVX2_MAP(_mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), sigmoid8(_mm256_maskload_ps(g + i, m))));)
+}
+
+INLINE T256 double sumsq8(const float *x, int64_t n) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256 v = _mm256_maskload_ps(x + i, lanes8(n - i));
+        __m256 sq = _mm256_mul_ps(v, v);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+    }
+    __m256d a = _mm256_add_pd(a0, a1);
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+T256 void avx2_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        __m256 sc = _mm256_set1_ps(1.0f / sqrtf((float)(sumsq8(xr, n) / (double)n) + eps));
+        AVX2_MAP(_mm256_maskstore_ps(yr + i, m, _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(xr + i, m), sc),
+                                                              _mm256_maskload_ps(w + i, m)));)
+    }
+}
+
+T256 void avx2_l2norm(float *x, int64_t n, int64_t rows, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *xr = x + r * n;
+        __m256 sc = _mm256_set1_ps(1.0f / fmaxf(sqrtf((float)sumsq8(xr, n)), eps));
+        AVX2_MAP(_mm256_maskstore_ps(xr + i, m, _mm256_mul_ps(_mm256_maskload_ps(xr + i, m), sc));)
+    }
+}
+
 #else /* not x86-64: never called */
 void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
 void avx2_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
                   const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {}
+void avx2_exp(const float *x, float *y, int64_t n) {}
+void avx2_silu_mul(float *x, const float *g, int64_t n) {}
+void avx2_mul_silu(float *x, const float *g, int64_t n) {}
+void avx2_mul_sigmoid(float *x, const float *g, int64_t n) {}
+void avx2_sigmoid(float *x, int64_t n) {}
+void avx2_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps) {}
+void avx2_l2norm(float *x, int64_t n, int64_t rows, float eps) {}
 #endif

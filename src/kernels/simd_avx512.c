@@ -13,6 +13,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/dequant.h"
@@ -428,6 +429,108 @@ T512 void avx512_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0,
     }
 }
 
+/* ==== elementwise ============================================================= */
+
+/* e^x: n = round(x·log2 e), r = x − n·ln 2 (two-part), Cephes' degree-6
+ * polynomial, then ·2^n by vscalefps (which underflows gradually). */
+INLINE T512 __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.72283f)), _mm512_set1_ps(-104.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(y, n);
+}
+
+INLINE T512 __m512 sigmoid16(__m512 x) {
+    __m512 one = _mm512_set1_ps(1.0f);
+    return _mm512_div_ps(one, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
+
+T512 void avx512_exp(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes16(n - i);
+        _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+T512 void avx512_sigmoid(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes16(n - i);
+        _mm512_mask_storeu_ps(x + i, m, sigmoid16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+T512 void avx512_silu_mul(float *x, const float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes16(n - i);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __m512 r = _mm512_mul_ps(_mm512_mul_ps(v, sigmoid16(v)), _mm512_maskz_loadu_ps(m, g + i));
+        _mm512_mask_storeu_ps(x + i, m, r);
+    }
+}
+
+T512 void avx512_mul_silu(float *x, const float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes16(n - i);
+        __m512 v = _mm512_maskz_loadu_ps(m, g + i);
+        __m512 r = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_mul_ps(v, sigmoid16(v)));
+        _mm512_mask_storeu_ps(x + i, m, r);
+    }
+}
+
+T512 void avx512_mul_sigmoid(float *x, const float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes16(n - i);
+        __m512 r = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sigmoid16(_mm512_maskz_loadu_ps(m, g + i)));
+        _mm512_mask_storeu_ps(x + i, m, r);
+    }
+}
+
+/* Σ x² with each square rounded to f32 (as the reference), summed in double. */
+INLINE T512 double sumsq(const float *x, int64_t n) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    for (int64_t i = 0; i < n; i += 16) {
+        __m512 v = _mm512_maskz_loadu_ps(lanes16(n - i), x + i);
+        __m512 sq = _mm512_mul_ps(v, v);
+        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
+        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sq), 1))));
+    }
+    return _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+}
+
+T512 void avx512_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        __m512 sc = _mm512_set1_ps(1.0f / sqrtf((float)(sumsq(xr, n) / (double)n) + eps));
+        for (int64_t i = 0; i < n; i += 16) {
+            __mmask16 m = lanes16(n - i);
+            __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + i), sc),
+                                     _mm512_maskz_loadu_ps(m, w + i));
+            _mm512_mask_storeu_ps(yr + i, m, v);
+        }
+    }
+}
+
+T512 void avx512_l2norm(float *x, int64_t n, int64_t rows, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *xr = x + r * n;
+        __m512 sc = _mm512_set1_ps(1.0f / fmaxf(sqrtf((float)sumsq(xr, n)), eps));
+        for (int64_t i = 0; i < n; i += 16) {
+            __mmask16 m = lanes16(n - i);
+            _mm512_mask_storeu_ps(xr + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + i), sc));
+        }
+    }
+}
+
 #else /* not x86-64: never called (cpu_choose offers only `ref`) */
 
 size_t mm_i8_group_bytes(const mm_i8_kind *kind, int64_t kc) {
@@ -447,4 +550,11 @@ void avx512_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int6
 void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                      int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                      bool add) {}
+void avx512_exp(const float *x, float *y, int64_t n) {}
+void avx512_silu_mul(float *x, const float *g, int64_t n) {}
+void avx512_mul_silu(float *x, const float *g, int64_t n) {}
+void avx512_mul_sigmoid(float *x, const float *g, int64_t n) {}
+void avx512_sigmoid(float *x, int64_t n) {}
+void avx512_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps) {}
+void avx512_l2norm(float *x, int64_t n, int64_t rows, float eps) {}
 #endif
