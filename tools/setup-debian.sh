@@ -3,7 +3,7 @@
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
-PKGS="build-essential cmake pkg-config libpcre2-dev libutf8proc-dev libjansson-dev libmicrohttpd-dev libcmocka-dev clang libclang-rt-14-dev valgrind"
+PKGS="build-essential cmake pkg-config libpcre2-dev libutf8proc-dev libjansson-dev libmicrohttpd-dev libcmocka-dev clang libclang-rt-14-dev valgrind wrk"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
