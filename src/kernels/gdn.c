@@ -231,14 +231,18 @@ static void delta_chunk(const chunk_job *cj, chunk_buf *b, int h, int64_t t0, in
     const float scale = 1.0f / sqrtf((float)Dk);
     float *S = j->S + (int64_t)h * Dk * Dv;
     if (j->pos[t0] == 0) memset(S, 0, (size_t)Dk * (size_t)Dv * sizeof *S);
-    float G[NC], gam[NC], beta[NC];
-    float acc = 0.0f;
+    /* Cumulative log decays in double: e^{G_t−G_s} needs the difference of
+     * two long sums accurate to float precision even when both are large. */
+    double G[NC];
+    float Gf[NC], gam[NC], beta[NC];
+    double acc = 0.0;
     for (int t = 0; t < n; t++) {
         acc += j->g[(t0 + t) * j->Hv + h];
         G[t] = acc;
+        Gf[t] = (float)acc;
         beta[t] = j->beta[(t0 + t) * j->Hv + h];
     }
-    op_exp_ex(path, G, gam, n);
+    op_exp_ex(path, Gf, gam, n);
     for (int t = 0; t < n; t++) {
         const float *kt = j->k + (t0 + t) * j->ld + (int64_t)hk * Dk;
         const float *qt = j->q + (t0 + t) * j->ld + (int64_t)hk * Dk;
@@ -259,7 +263,7 @@ static void delta_chunk(const chunk_job *cj, chunk_buf *b, int h, int64_t t0, in
      * triangular, so row s has entries 0..s).  e = G_t − G_s, exponentiated. */
     for (int t = 0; t < n; t++) {
         float *at = b->a + t * NC;
-        for (int s = 0; s < t; s++) b->e[s] = G[t] - G[s];
+        for (int s = 0; s < t; s++) b->e[s] = (float)(G[t] - G[s]);
         op_exp_ex(path, b->e, b->e, t);
         for (int s = 0; s <= t; s++) at[s] = s == t ? 1.0f : 0.0f;
         for (int s = 0; s < t; s++) {
@@ -285,7 +289,7 @@ static void delta_chunk(const chunk_job *cj, chunk_buf *b, int h, int64_t t0, in
     mm_gemm_nn(path, n, Dv, n, b->wq, NC, 1, b->d, Dv, j->o + (t0 * j->Hv + h) * Dv,
                (int64_t)j->Hv * Dv, true);
     /* S = γ_n·S0 + Kᵀ·(e^{G_n−G_s} δ_s) */
-    for (int s = 0; s < n; s++) b->e[s] = G[n - 1] - G[s];
+    for (int s = 0; s < n; s++) b->e[s] = (float)(G[n - 1] - G[s]);
     op_exp_ex(path, b->e, b->e, n);
     for (int s = 0; s < n; s++)
         for (int c = 0; c < Dv; c++) b->r[(int64_t)s * Dv + c] = b->e[s] * b->d[(int64_t)s * Dv + c];

@@ -22,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/gdn.h"
@@ -257,6 +259,45 @@ static clef_status load_globals(clef_model *owner, qwen35_model *m, clef_error *
     return model_matrix(owner, "output.weight", c->n_embd, c->n_vocab, &m->output, err);
 }
 
+/* The layer matrices, for the model's summary. */
+static int layer_matrices(const qwen35_layer *l, const mm_weight **out) {
+    const mm_weight *rec[] = {&l->attn_qkv, &l->attn_gate, &l->ssm_beta, &l->ssm_alpha, &l->ssm_out},
+                    *att[] = {&l->attn_q, &l->attn_k, &l->attn_v, &l->attn_output},
+                    *ffn[] = {&l->ffn_gate, &l->ffn_up, &l->ffn_down};
+    int n = 0;
+    if (l->recurrent)
+        for (size_t i = 0; i < 5; i++) out[n++] = rec[i];
+    else
+        for (size_t i = 0; i < 4; i++) out[n++] = att[i];
+    for (size_t i = 0; i < 3; i++) out[n++] = ffn[i];
+    return n;
+}
+
+/* weight_type: the layer matrices' types, most bytes first ("Q4_K+Q6_K"). */
+static void summarize_matrices(qwen35_model *m) {
+    uint64_t bytes[CLEF_DTYPE_COUNT] = {0};
+    for (int il = 0; il < m->cfg.n_layer; il++) {
+        const mm_weight *ws[8];
+        int n = layer_matrices(&m->layers[il], ws);
+        for (int i = 0; i < n; i++) {
+            bytes[ws[i]->type] += (uint64_t)ws[i]->row_bytes * (uint64_t)ws[i]->out;
+            m->matrix_bytes += (uint64_t)ws[i]->row_bytes * (uint64_t)ws[i]->out;
+            m->matrix_params += (uint64_t)ws[i]->in * (uint64_t)ws[i]->out;
+        }
+    }
+    m->weight_type[0] = '\0';
+    for (;;) {
+        int best = -1;
+        for (int t = 0; t < CLEF_DTYPE_COUNT; t++)
+            if (bytes[t] && (best < 0 || bytes[t] > bytes[best])) best = t;
+        if (best < 0) break;
+        size_t used = strlen(m->weight_type);
+        snprintf(m->weight_type + used, sizeof m->weight_type - used, "%s%s", used ? "+" : "",
+                 clef_dtype_get((uint32_t)best)->name);
+        bytes[best] = 0;
+    }
+}
+
 clef_status qwen35_load(clef_model *owner, const char *arch, qwen35_model *out, clef_error *err) {
     memset(out, 0, sizeof *out);
     bool *rec = NULL;
@@ -273,6 +314,12 @@ clef_status qwen35_load(clef_model *owner, const char *arch, qwen35_model *out, 
         st = load_layer(&L, &out->cfg, &out->layers[il], err);
     }
     free(rec);
+    if (st == CLEF_OK) {
+        cpu_features f;
+        cpu_detect(&f);
+        st = cpu_choose(getenv("CLEF_CPU"), &f, &out->cpu, err);
+    }
+    if (st == CLEF_OK) summarize_matrices(out);
     if (st != CLEF_OK) qwen35_free(out);
     return st;
 }
@@ -363,6 +410,9 @@ typedef struct run_seg {
 /* Scratch for one call, sized by N (all tokens) and C (tokens per chunk). */
 typedef struct qwen35_run {
     int64_t N, C;
+    const cpu_target *cpu;  /* the model's kernels                              */
+    mm_workspace ws;        /* the fast matmuls' scratch, grown on first use    */
+    qwen35_stats *st;       /* NULL, or where timings are added                 */
     int n_seq;
     const qwen35_seq *seqs;
     const qwen35_carry *carry; /* [n_seq] or NULL                              */
@@ -413,6 +463,7 @@ static void run_free(qwen35_run *r) {
         free(*bufs[i]);
         *bufs[i] = NULL;
     }
+    mm_workspace_free(&r->ws);
     free(r->pos);
     free(r->x0);
     free(r->k0);
@@ -489,6 +540,28 @@ static void add_rows(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Timings only when asked for (two clock reads per kernel call). */
+static double stage_begin(const qwen35_run *r) { return r->st ? now_s() : 0.0; }
+
+static void stage_end(const qwen35_run *r, double t0, double *stage) {
+    if (r->st) *stage += now_s() - t0;
+}
+
+/* y = x·Wᵀ on the model's kernels. */
+static void run_mm(qwen35_run *r, tp_pool *pool, const mm_weight *w, const float *x, float *y,
+                   int64_t T) {
+    double t0 = stage_begin(r);
+    mm_matmul_ex(r->cpu, pool, w, x, y, T, &r->ws);
+    stage_end(r, t0, r->st ? &r->st->matmul_s : NULL);
+    if (r->st) r->st->matmul_flop += 2.0 * (double)w->in * (double)w->out * (double)T;
+}
+
 /* Conv inputs of the K−1 positions before the row after hist row `row`
  * (hist rows row+1 .. row+K−1) into dst [K−1][cd], zero for positions < 0;
  * `next` is the position after them. */
@@ -511,8 +584,10 @@ static void deltanet_conv_segment(const qwen35_config *c, const qwen35_layer *l,
     const qwen35_state *past = run_past(r, sg->s);
     if (sg->starts && past && K > 1)
         memcpy(r->hist + sg->t0 * cd, past->layers[il].conv, (size_t)(K - 1) * (size_t)cd * sizeof *r->hist);
-    gdn_conv1d_silu(pool, r->hist + sg->t0 * cd, l->ssm_conv1d, r->pos + c0 + sg->t0, sg->T, cd, K,
-                    r->conv + sg->t0 * cd);
+    double t0 = stage_begin(r);
+    gdn_conv1d_silu_ex(r->cpu->path, pool, r->hist + sg->t0 * cd, l->ssm_conv1d, r->pos + c0 + sg->t0,
+                       sg->T, cd, K, r->conv + sg->t0 * cd);
+    stage_end(r, t0, r->st ? &r->st->delta_s : NULL);
     if (sg->saves && K > 1) {
         const qwen35_state *save = run_save(r, sg->s);
         conv_tail_save(r->hist, sg->t0 + sg->T - 1, cd, K, save->n, save->layers[il].conv);
@@ -529,8 +604,11 @@ static void deltanet_rule_segment(const qwen35_config *c, qwen35_run *r, tp_pool
     if (sg->starts && past) memcpy(r->S, past->layers[il].S, s_bytes);
     const float *q = r->conv + sg->t0 * cd;
     const float *k = q + (int64_t)Hk * Dk, *v = q + 2 * (int64_t)Hk * Dk;
-    gdn_delta_rule(pool, q, k, v, cd, r->gdecay + sg->t0 * Hv, r->beta + sg->t0 * Hv,
-                   r->pos + c0 + sg->t0, sg->T, Hk, Hv, Dk, Dv, r->S, r->o + sg->t0 * Hv * Dv);
+    double t0 = stage_begin(r);
+    gdn_delta_rule_ex(r->cpu->path, pool, q, k, v, cd, r->gdecay + sg->t0 * Hv, r->beta + sg->t0 * Hv,
+                      r->pos + c0 + sg->t0, sg->T, Hk, Hv, Dk, Dv, r->S, r->o + sg->t0 * Hv * Dv);
+    stage_end(r, t0, r->st ? &r->st->delta_s : NULL);
+    if (r->st) r->st->delta_flop += 7.0 * Dk * Dv * Hv * (double)sg->T;
     if (sg->saves) memcpy(run_save(r, sg->s)->layers[il].S, r->S, s_bytes);
 }
 
@@ -540,14 +618,15 @@ static void deltanet_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35
     const int K = c->conv_kernel, Hk = c->ssm_n_k_head, Hv = c->ssm_n_v_head;
     const int Dk = c->ssm_k_dim, Dv = c->ssm_v_dim;
     const int64_t cd = c->conv_dim;
+    const cpu_path path = r->cpu->path;
     float *qkv = r->hist + (int64_t)(K - 1) * cd; /* this chunk's conv inputs */
 
     /* 1. projections: qkv, z, β = sigmoid(h·Wβ), g = softplus(h·Wα + dt_bias)·a */
-    mm_matmul(pool, &l->attn_qkv, r->h, qkv, T);
-    mm_matmul(pool, &l->attn_gate, r->h, r->z, T);
-    mm_matmul(pool, &l->ssm_beta, r->h, r->beta, T);
-    op_sigmoid(r->beta, T * Hv);
-    mm_matmul(pool, &l->ssm_alpha, r->h, r->gdecay, T);
+    run_mm(r, pool, &l->attn_qkv, r->h, qkv, T);
+    run_mm(r, pool, &l->attn_gate, r->h, r->z, T);
+    run_mm(r, pool, &l->ssm_beta, r->h, r->beta, T);
+    op_sigmoid_ex(path, r->beta, T * Hv);
+    run_mm(r, pool, &l->ssm_alpha, r->h, r->gdecay, T);
     for (int64_t t = 0; t < T; t++)
         for (int h = 0; h < Hv; h++) {
             float *g = &r->gdecay[t * Hv + h];
@@ -559,15 +638,15 @@ static void deltanet_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35
     gdn_conv_shift(r->hist, T, cd, K);
 
     /* 3. q, k L2-normalised per head */
-    for (int64_t t = 0; t < T; t++) op_l2norm(r->conv + t * cd, Dk, 2 * Hk, c->rms_eps);
+    for (int64_t t = 0; t < T; t++) op_l2norm_ex(path, r->conv + t * cd, Dk, 2 * Hk, c->rms_eps);
 
     /* 4. gated delta rule */
     for (int i = 0; i < r->n_segs; i++) deltanet_rule_segment(c, r, pool, il, c0, &r->seg[i]);
 
     /* 5. y_h = rms(o_h, ssm_norm)·silu(z_h);  mix = y·Wout */
-    op_rmsnorm(r->o, r->o, l->ssm_norm, Dv, T * Hv, c->rms_eps);
-    for (int64_t i = 0; i < T * Hv * Dv; i++) r->o[i] *= op_silu1(r->z[i]);
-    mm_matmul(pool, &l->ssm_out, r->o, r->mix, T);
+    op_rmsnorm_ex(path, r->o, r->o, l->ssm_norm, Dv, T * Hv, c->rms_eps);
+    op_mul_silu_ex(path, r->o, r->z, T * Hv * Dv);
+    run_mm(r, pool, &l->ssm_out, r->o, r->mix, T);
 }
 
 /* Row of k/v holding chunk row t0 of segment sg. */
@@ -581,18 +660,19 @@ static void attention_chunk(const qwen35_config *c, const qwen35_layer *l, qwen3
     const int H = c->n_head, Hkv = c->n_head_kv, D = c->head_dim;
     const int64_t kvdim = (int64_t)Hkv * D;
     const int32_t *pos = r->pos + c0;
+    const cpu_path path = r->cpu->path;
 
     /* 1. qg = h·Wq viewed [T][H][2D]: query = first D of each head, gate = next D */
-    mm_matmul(pool, &l->attn_q, r->h, r->qg, T);
+    run_mm(r, pool, &l->attn_q, r->h, r->qg, T);
     for (int64_t t = 0; t < T; t++)
         for (int hh = 0; hh < H; hh++)
             memcpy(r->q + (t * H + hh) * D, r->qg + (t * H + hh) * 2 * D, (size_t)D * sizeof *r->q);
 
     /* 2. q, k RMS-normed per head */
-    op_rmsnorm(r->q, r->q, l->attn_q_norm, D, T * H, c->rms_eps);
-    mm_matmul(pool, &l->attn_k, r->h, r->kc, T);
-    op_rmsnorm(r->kc, r->kc, l->attn_k_norm, D, T * Hkv, c->rms_eps);
-    mm_matmul(pool, &l->attn_v, r->h, r->vc, T);
+    op_rmsnorm_ex(path, r->q, r->q, l->attn_q_norm, D, T * H, c->rms_eps);
+    run_mm(r, pool, &l->attn_k, r->h, r->kc, T);
+    op_rmsnorm_ex(path, r->kc, r->kc, l->attn_k_norm, D, T * Hkv, c->rms_eps);
+    run_mm(r, pool, &l->attn_v, r->h, r->vc, T);
 
     /* 3. rotary on the first n_rot dims; k, v join their sequences' rows */
     op_rope_neox(r->q, T, H, D, c->n_rot, pos, c->rope_base, c->rope_sections);
@@ -607,18 +687,21 @@ static void attention_chunk(const qwen35_config *c, const qwen35_layer *l, qwen3
     /* 4. causal softmax attention, scale 1/sqrt(D), each segment over its sequence */
     for (int i = 0; i < r->n_segs; i++) {
         const run_seg *sg = &r->seg[i];
-        attn_causal(pool, r->q + sg->t0 * H * D, r->k, r->v, pos + sg->t0, kv_row(r, c0, sg),
-                    sg->T, H, Hkv, D, 1.0f / sqrtf((float)D), r->o + sg->t0 * H * D);
+        double t0 = stage_begin(r);
+        attn_causal_ex(path, pool, r->q + sg->t0 * H * D, r->k, r->v, pos + sg->t0, kv_row(r, c0, sg),
+                       sg->T, H, Hkv, D, 1.0f / sqrtf((float)D), r->o + sg->t0 * H * D);
+        stage_end(r, t0, r->st ? &r->st->attention_s : NULL);
+        if (r->st)
+            for (int64_t t = 0; t < sg->T; t++)
+                r->st->attention_flop += 4.0 * D * H * (double)(pos[sg->t0 + t] + 1);
     }
 
     /* 5. mix = (attn ⊙ sigmoid(gate))·Wo */
     for (int64_t t = 0; t < T; t++)
         for (int hh = 0; hh < H; hh++) {
-            float *o = r->o + (t * H + hh) * D;
-            const float *gate = r->qg + (t * H + hh) * 2 * D + D;
-            for (int d = 0; d < D; d++) o[d] *= op_sigmoid1(gate[d]);
+            op_mul_sigmoid_ex(path, r->o + (t * H + hh) * D, r->qg + (t * H + hh) * 2 * D + D, D);
         }
-    mm_matmul(pool, &l->attn_output, r->o, r->mix, T);
+    run_mm(r, pool, &l->attn_output, r->o, r->mix, T);
 }
 
 /* An attention layer's past keys/values in (before) or saved ones out (after). */
@@ -644,11 +727,11 @@ static void attention_carry(const qwen35_config *c, qwen35_run *r, int il, bool 
 static void ffn_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35_run *r, tp_pool *pool,
                       int64_t c0, int64_t T) {
     float *x = r->x + c0 * c->n_embd;
-    op_rmsnorm(r->h, x, l->post_attention_norm, c->n_embd, T, c->rms_eps);
-    mm_matmul(pool, &l->ffn_gate, r->h, r->ff_gate, T);
-    mm_matmul(pool, &l->ffn_up, r->h, r->ff_up, T);
-    op_silu_mul(r->ff_gate, r->ff_up, T * c->n_ff);
-    mm_matmul(pool, &l->ffn_down, r->ff_gate, r->mix, T);
+    op_rmsnorm_ex(r->cpu->path, r->h, x, l->post_attention_norm, c->n_embd, T, c->rms_eps);
+    run_mm(r, pool, &l->ffn_gate, r->h, r->ff_gate, T);
+    run_mm(r, pool, &l->ffn_up, r->h, r->ff_up, T);
+    op_silu_mul_ex(r->cpu->path, r->ff_gate, r->ff_up, T * c->n_ff);
+    run_mm(r, pool, &l->ffn_down, r->ff_gate, r->mix, T);
     add_rows(x, r->mix, T * c->n_embd);
 }
 
@@ -659,7 +742,7 @@ static void layer_forward(const qwen35_config *c, const qwen35_layer *l, int il,
         int64_t T = r->N - c0 < r->C ? r->N - c0 : r->C;
         float *x = r->x + c0 * c->n_embd;
         run_segments(r, c0, T);
-        op_rmsnorm(r->h, x, l->attn_norm, c->n_embd, T, c->rms_eps);
+        op_rmsnorm_ex(r->cpu->path, r->h, x, l->attn_norm, c->n_embd, T, c->rms_eps);
         if (l->recurrent) deltanet_chunk(c, l, r, pool, il, c0, T);
         else attention_chunk(c, l, r, pool, c0, T);
         add_rows(x, r->mix, T * c->n_embd);
@@ -730,6 +813,13 @@ clef_status qwen35_forward(const qwen35_model *m, tp_pool *pool, const qwen35_se
 clef_status qwen35_forward_carry(const qwen35_model *m, tp_pool *pool, const qwen35_seq *seqs,
                                  const qwen35_carry *carry, int n_seq, int64_t chunk,
                                  clef_error *err) {
+    return qwen35_forward_stats(m, pool, seqs, carry, n_seq, chunk, NULL, err);
+}
+
+clef_status qwen35_forward_stats(const qwen35_model *m, tp_pool *pool, const qwen35_seq *seqs,
+                                 const qwen35_carry *carry, int n_seq, int64_t chunk,
+                                 qwen35_stats *stats, clef_error *err) {
+    const double start = now_s();
     const qwen35_config *c = &m->cfg;
     const int64_t E = c->n_embd;
     int64_t N = 0, NK = 0;
@@ -741,6 +831,8 @@ clef_status qwen35_forward_carry(const qwen35_model *m, tp_pool *pool, const qwe
     r.n_seq = n_seq;
     r.seqs = seqs;
     r.carry = carry;
+    r.cpu = &m->cpu;
+    r.st = stats;
 
     /* x = token_embd[ids]; sequences laid end to end, positions after each past */
     int64_t g = 0, gk = 0;
@@ -756,8 +848,12 @@ clef_status qwen35_forward_carry(const qwen35_model *m, tp_pool *pool, const qwe
     for (int il = 0; il < c->n_layer; il++) layer_forward(c, &m->layers[il], il, &r, pool);
 
     /* out = rms(x, output_norm), per sequence into the caller's buffers */
+    double t0 = stage_begin(&r);
     for (int s = 0; s < n_seq; s++)
-        op_rmsnorm(seqs[s].hidden, r.x + r.x0[s] * E, m->output_norm, E, seqs[s].n, c->rms_eps);
+        op_rmsnorm_ex(m->cpu.path, seqs[s].hidden, r.x + r.x0[s] * E, m->output_norm, E, seqs[s].n,
+                      c->rms_eps);
+    stage_end(&r, t0, stats ? &stats->head_s : NULL);
     run_free(&r);
+    if (stats) stats->total_s += now_s() - start;
     return CLEF_OK;
 }

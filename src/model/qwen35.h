@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "clef.h"
+#include "core/cpu.h"
 #include "core/threadpool.h"
 #include "kernels/matmul.h"
 
@@ -80,10 +81,17 @@ typedef struct qwen35_model {
     mm_weight output;               /* [E] -> [V]; token_embd when tied (LM head, read by rows) */
     bool output_tied;               /* no output.weight in the file               */
     qwen35_layer *layers;           /* [n_layer], owned (qwen35_free)             */
+    /* The kernels every forward runs on: chosen once by qwen35_load from the
+     * CPU and the CLEF_CPU environment variable (core/cpu.h). */
+    cpu_target cpu;
+    char weight_type[48];           /* layer matrices' types by bytes, "BF16", "Q4_K+Q6_K" */
+    uint64_t matrix_bytes;          /* stored bytes of the layer matrices          */
+    uint64_t matrix_params;         /* their elements                              */
 } qwen35_model;
 
 /* Read the hyperparameters under "<arch>." and look up every tensor with
- * its expected shape.  Small f32 copies (for vectors not stored as F32) are
+ * its expected shape; choose the kernels (CLEF_CPU=ref|avx2|avx512|amx|auto,
+ * read here once; a value the CPU cannot honour is an error).  Small f32 copies (for vectors not stored as F32) are
  * owned by `owner`.  On failure err names the key or tensor. */
 clef_status qwen35_load(struct clef_model *owner, const char *arch, qwen35_model *out,
                         clef_error *err);
@@ -151,11 +159,31 @@ clef_status qwen35_forward(const qwen35_model *m, tp_pool *pool, const qwen35_se
 /* qwen35_forward where sequence s continues carry[s].past and/or saves its
  * state into carry[s].save (carry NULL: every sequence fresh, nothing saved).
  * The hidden states written are those of the ids given (n rows); a past's
- * rows are the caller's to keep.  Continuing computes every float as the
- * uninterrupted run would (the kernels see the same rows in the same order),
- * so the hidden states are the same as one forward over past + ids. */
+ * rows are the caller's to keep.  On the ref kernels, continuing computes
+ * every float as the uninterrupted run would (the kernels see the same rows
+ * in the same order), so the hidden states are the same as one forward over
+ * past + ids.  The faster kernels agree with that to float rounding: their
+ * chunked delta rule cuts a sequence at multiples of GDN_CHUNK positions and
+ * at the save point, so only a save point off those multiples changes where
+ * a chunk ends. */
 clef_status qwen35_forward_carry(const qwen35_model *m, tp_pool *pool, const qwen35_seq *seqs,
                                  const qwen35_carry *carry, int n_seq, int64_t chunk,
                                  clef_error *err);
+
+/* Where a forward's time went (qwen35_forward_stats adds to it).  Seconds of
+ * wall time; FLOPs counted from the shapes: matmuls 2·in·out per token,
+ * attention 4·D·H per (query, visible key), delta rule 7·Dk·Dv·Hv per token
+ * (the sequential recurrence's multiply-adds: decay, Sᵀk, update, Sᵀq). */
+typedef struct qwen35_stats {
+    double total_s;
+    double matmul_s, attention_s, delta_s;  /* delta: conv + delta rule          */
+    double head_s;                          /* final norm into the caller's rows */
+    double matmul_flop, attention_flop, delta_flop;
+} qwen35_stats;
+
+/* qwen35_forward_carry that also accumulates timings into *stats (NULL: none). */
+clef_status qwen35_forward_stats(const qwen35_model *m, tp_pool *pool, const qwen35_seq *seqs,
+                                 const qwen35_carry *carry, int n_seq, int64_t chunk,
+                                 qwen35_stats *stats, clef_error *err);
 
 #endif
