@@ -22,7 +22,13 @@
 #include "testutil.h"
 
 #define HIDDEN_TOL 1e-3   /* oracle README: F32 implementation, every element */
-#define SAME_TOL 1e-5     /* one implementation run two ways (rounding only)  */
+/* One implementation run two ways: blocked fast kernels (the chunked delta
+ * rule, GEMM attention) round differently when a sequence is cut elsewhere
+ * (up to ~1e-5 seen over the small model's 8 layers and 291 tokens), so
+ * |Δ| <= SAME_TOL·max(1, |x|) per element, still 30x inside the oracle's
+ * 1e-3; the reference kernels (CLEF_CPU=ref) compute every row alike
+ * whatever the cut, so there it must be exact. */
+#define SAME_TOL 3e-5
 
 typedef struct prompt {
     int32_t *ids;
@@ -78,6 +84,16 @@ static double max_abs_diff(const float *a, const float *b, int64_t n) {
     return m;
 }
 
+/* max |a − b| / max(1, |b|): b is the reference run. */
+static double max_rel_diff(const float *a, const float *b, int64_t n) {
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]) / fmax(1.0, fabs((double)b[i]));
+        if (!(d <= m)) m = d; /* NaN propagates as a failure */
+    }
+    return m;
+}
+
 static clef_model *load(const char *path) {
     clef_model_params p = clef_model_default_params();
     p.n_threads = 2;
@@ -116,7 +132,7 @@ static double state_diff(const qwen35_state *a, const qwen35_state *b) {
 /* Cut p at every cut in cuts: save at the cut, continue the rest from the
  * saved state; both halves must give the uninterrupted hidden states. */
 static void check_cuts(clef_model *m, const prompt *p, const int64_t *cuts, int n_cuts,
-                       int64_t chunk) {
+                       int64_t chunk, double tol) {
     const int E = p->E;
     float *ref = hidden_new(p), *head = hidden_new(p), *tail = hidden_new(p);
     qwen35_seq whole = {.ids = p->ids, .n = p->n, .hidden = ref};
@@ -132,16 +148,16 @@ static void check_cuts(clef_model *m, const prompt *p, const int64_t *cuts, int 
         qwen35_seq s2 = {.ids = p->ids + P, .n = p->n - P, .hidden = tail};
         qwen35_carry c2 = {.past = st};
         run(m, &s2, &c2, 1, chunk);
-        double d1 = max_abs_diff(head, ref, p->n * E);
-        double d2 = max_abs_diff(tail, ref + P * E, (p->n - P) * E);
+        double d1 = max_rel_diff(head, ref, p->n * E);
+        double d2 = max_rel_diff(tail, ref + P * E, (p->n - P) * E);
         double dor = p->oracle ? max_abs_diff(tail, p->oracle + P * E, (p->n - P) * E) : 0.0;
-        if (d1 > SAME_TOL || d2 > SAME_TOL || dor > HIDDEN_TOL)
+        if (!(d1 <= tol) || !(d2 <= tol) || dor > HIDDEN_TOL)
             fail_msg("cut %lld chunk %lld: saving run %g, continued %g, vs oracle %g",
                      (long long)P, (long long)chunk, d1, d2, dor);
         worst = fmax(worst, fmax(d1, d2));
         qwen35_state_free(st);
     }
-    printf("[carry] T=%lld chunk %lld: %d cuts agree (max |diff| %g)\n", (long long)p->n,
+    printf("[carry] T=%lld chunk %lld: %d cuts agree (max relative diff %g)\n", (long long)p->n,
            (long long)chunk, n_cuts, worst);
     free(ref);
     free(head);
@@ -150,11 +166,11 @@ static void check_cuts(clef_model *m, const prompt *p, const int64_t *cuts, int 
 
 /* Cuts before the conv kernel fills (1, 2), at chunk edges, near the end;
  * chunks of one token, uneven ones, the default (n_chunks of them). */
-static void check_prompt_cuts(clef_model *m, const prompt *p, int n_chunks) {
+static void check_prompt_cuts(clef_model *m, const prompt *p, int n_chunks, double tol) {
     int64_t cuts[] = {1, 2, 3, 4, 7, 16, p->n / 2, p->n - 2, p->n - 1};
     const int64_t chunks[] = {0, 16, 3, 1};
     for (int i = 0; i < n_chunks; i++)
-        check_cuts(m, p, cuts, (int)(sizeof cuts / sizeof cuts[0]), chunks[i]);
+        check_cuts(m, p, cuts, (int)(sizeof cuts / sizeof cuts[0]), chunks[i], tol);
 }
 
 static void test_cuts_qwen35_oracle(void **state) {
@@ -168,20 +184,32 @@ static void test_cuts_qwen35_oracle(void **state) {
         clef_model *m = load(path);
         prompt p;
         prompt_read(files[f][1], &p);
-        check_prompt_cuts(m, &p, n_chunks[f]);
+        check_prompt_cuts(m, &p, n_chunks[f], SAME_TOL);
         prompt_free(&p);
         clef_model_free(m);
     }
 }
 
-static void test_cuts_clef_tiny(void **state) {
-    (void)state;
+/* kernels: NULL = the default choice, else a CLEF_CPU value. */
+static void cuts_clef_tiny(const char *kernels, double tol) {
+    if (kernels) setenv("CLEF_CPU", kernels, 1);
     clef_model *m = load(ORACLE_DIR "/clef-tiny/clef-tiny-a-F32.gguf");
+    unsetenv("CLEF_CPU");
     prompt p;
     prompt_synthetic(150, model_backbone(m)->cfg.n_vocab, clef_model_n_embd(m), 7, &p);
-    check_prompt_cuts(m, &p, 4);
+    check_prompt_cuts(m, &p, 4, tol);
     prompt_free(&p);
     clef_model_free(m);
+}
+
+static void test_cuts_clef_tiny(void **state) {
+    (void)state;
+    cuts_clef_tiny(NULL, SAME_TOL);
+}
+
+static void test_cuts_reference_kernels_exact(void **state) {
+    (void)state;
+    cuts_clef_tiny("ref", 0.0);
 }
 
 /* One batch mixing a fresh sequence that saves, a continued one, a plain
@@ -221,18 +249,18 @@ static void test_batch_mixed(void **state) {
         run(m, seqs, carry, 4, chunks[ci]);
         const int64_t off[4] = {0, 11, 0, 5};
         for (int i = 0; i < 4; i++) {
-            double d = max_abs_diff(h[i], ref[i] + off[i] * E, (p[i].n - off[i]) * E);
-            if (d > SAME_TOL) fail_msg("chunk %lld seq %d: %g from its own run", (long long)chunks[ci], i, d);
+            double d = max_rel_diff(h[i], ref[i] + off[i] * E, (p[i].n - off[i]) * E);
+            if (!(d <= SAME_TOL)) fail_msg("chunk %lld seq %d: %g from its own run", (long long)chunks[ci], i, d);
         }
         double ds = state_diff(save3, direct3);
-        if (ds > SAME_TOL) fail_msg("chunk %lld: re-saved state differs by %g", (long long)chunks[ci], ds);
+        if (!(ds <= SAME_TOL)) fail_msg("chunk %lld: re-saved state differs by %g", (long long)chunks[ci], ds);
     }
     /* save0 continues like a state saved alone */
     float *tail = hidden_new(&p[0]);
     qwen35_seq s = {.ids = p[0].ids + 23, .n = p[0].n - 23, .hidden = tail};
     qwen35_carry c = {.past = save0};
     run(m, &s, &c, 1, 0);
-    assert_true(max_abs_diff(tail, ref[0] + 23 * E, (p[0].n - 23) * E) <= SAME_TOL);
+    assert_true(max_rel_diff(tail, ref[0] + 23 * E, (p[0].n - 23) * E) <= SAME_TOL);
     free(tail);
     free(h3);
     qwen35_state *sts[] = {past1, past3, save0, save3, direct3};
@@ -304,6 +332,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuts_qwen35_oracle),
         cmocka_unit_test(test_cuts_clef_tiny),
+        cmocka_unit_test(test_cuts_reference_kernels_exact),
         cmocka_unit_test(test_batch_mixed),
         cmocka_unit_test(test_refusals),
     };
