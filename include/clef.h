@@ -205,6 +205,40 @@ clef_status clef_engine_decide_batch(clef_engine *engine, size_t n, const char *
 
 void clef_engine_get_stats(clef_engine *engine, clef_engine_stats *out);
 
+/* ---- measuring speed (clef bench) ----------------------------------------- */
+
+/* What a loaded model computes with.  Strings are owned by the model. */
+typedef struct clef_model_info {
+    const char *kernels;      /* CPU path chosen at load (CLEF_CPU=ref|avx2|avx512|amx|auto):
+                               * "ref", "avx2", "avx512+bf16+vnni", ...                   */
+    const char *weight_type;  /* backbone layer matrices' types, most bytes first:
+                               * "BF16", "Q4_K+Q6_K", ...                                 */
+    const char *precision;    /* activations the largest matrix meets: "f32", "bf16", "int8" */
+    int n_threads, n_layer, n_vocab;
+    uint64_t matrix_bytes;    /* stored bytes of the layer matrices                        */
+    uint64_t matrix_params;   /* their elements                                            */
+} clef_model_info;
+
+void clef_model_get_info(const clef_model *model, clef_model_info *info);
+
+/* Where one forward's time went: wall seconds by stage (the rest of total_s
+ * is norms, activations, rotary, copies: "other") and FLOPs counted from the
+ * shapes (matmuls 2·in·out per token; attention 4·D·H per query and visible
+ * key; delta rule 7·Dk·Dv·Hv per token). */
+typedef struct clef_forward_stats {
+    double total_s, matmul_s, attention_s, delta_s, head_s;
+    double matmul_flop, attention_flop, delta_flop;
+} clef_forward_stats;
+
+/* clef_forward that also fills *stats (overwritten). */
+clef_status clef_forward_profiled(clef_model *model, const int32_t *ids, size_t n, float *hidden,
+                                  clef_forward_stats *stats, clef_error *err);
+
+/* This machine's arithmetic peak in GFLOP/s (GOP/s for int8) on the model's
+ * threads for the instruction its largest matrices use (f32 FMA, vdpbf16ps,
+ * vpdpbusd), measured for about `seconds` with register-resident loops. */
+double clef_model_peak_gflops(clef_model *model, double seconds);
+
 /* ---- file inspection ------------------------------------------------------ */
 
 /* Print architecture, hyperparameters, tokenizer summary and a tensor table

@@ -100,7 +100,13 @@ void avx512_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t
 /* x = x / max(‖x‖, eps) per row (double sum). */
 void avx512_l2norm(float *x, int64_t n, int64_t rows, float eps);
 
+/* Peak loops: 12 independent register chains of one instruction, `iters`
+ * rounds; returns the operations done (an FMA lane = 2, a vdpbf16ps lane =
+ * 4, a vpdpbusd lane = 8).  kind: 0 f32 FMA, 1 vdpbf16ps, 2 vpdpbusd. */
+double avx512_peak(int kind, int64_t iters);
+
 /* ---- AVX2 + FMA (simd_avx2.c) ---- */
+double avx2_peak(int64_t iters);            /* f32 FMA on ymm                 */
 void avx2_exp(const float *x, float *y, int64_t n);
 void avx2_silu_mul(float *x, const float *g, int64_t n);
 void avx2_mul_silu(float *x, const float *g, int64_t n);

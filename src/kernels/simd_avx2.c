@@ -226,6 +226,25 @@ T256 void avx2_l2norm(float *x, int64_t n, int64_t rows, float eps) {
     }
 }
 
+/* ==== peak loop ================================================================= */
+
+#define R12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define KEEP(v) __asm__ volatile("" : "+v"(v));
+
+T256 double avx2_peak(int64_t iters) {
+    __m256 b = _mm256_set1_ps(1.0000001f), c = _mm256_set1_ps(1e-7f);
+#define DF(i) __m256 a##i = _mm256_set1_ps((float)(i));
+    R12(DF)
+    for (int64_t k = 0; k < iters; k++) {
+#define FF(i) a##i = _mm256_fmadd_ps(a##i, b, c); KEEP(a##i)
+        R12(FF)
+    }
+    float s = 0;
+#define SF(i) s += _mm256_cvtss_f32(a##i);
+    R12(SF)
+    return (double)iters * 12 * 16 + (s == 12345.678f ? 1 : 0);
+}
+
 #else /* not x86-64: never called */
 void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
@@ -238,4 +257,5 @@ void avx2_mul_sigmoid(float *x, const float *g, int64_t n) {}
 void avx2_sigmoid(float *x, int64_t n) {}
 void avx2_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps) {}
 void avx2_l2norm(float *x, int64_t n, int64_t rows, float eps) {}
+double avx2_peak(int64_t iters) { return 0; }
 #endif

@@ -531,6 +531,57 @@ T512 void avx512_l2norm(float *x, int64_t n, int64_t rows, float eps) {
     }
 }
 
+/* ==== peak loops ================================================================ */
+
+#define R12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+/* Keeps the chains in registers and distinct (the compiler may not merge
+ * identical chains or drop the loop). */
+#define KEEP(v) __asm__ volatile("" : "+v"(v));
+
+T512 static double peak_f32(int64_t iters) {
+    __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-7f);
+#define DF(i) __m512 a##i = _mm512_set1_ps((float)(i));
+    R12(DF)
+    for (int64_t k = 0; k < iters; k++) {
+#define FF(i) a##i = _mm512_fmadd_ps(a##i, b, c); KEEP(a##i)
+        R12(FF)
+    }
+    float s = 0;
+#define SF(i) s += _mm512_reduce_add_ps(a##i);
+    R12(SF)
+    return (double)iters * 12 * 32 + (s == 12345.678f ? 1 : 0);
+}
+
+T512BF static double peak_bf16(int64_t iters) {
+    __m512bh b = (__m512bh)_mm512_set1_epi16(0x3f80), c = (__m512bh)_mm512_set1_epi16(0x3380);
+    R12(DF)
+    for (int64_t k = 0; k < iters; k++) {
+#define FB(i) a##i = _mm512_dpbf16_ps(a##i, b, c); KEEP(a##i)
+        R12(FB)
+    }
+    float s = 0;
+    R12(SF)
+    return (double)iters * 12 * 64 + (s == 12345.678f ? 1 : 0);
+}
+
+T512VNNI static double peak_i8(int64_t iters) {
+    __m512i b = _mm512_set1_epi8(1), c = _mm512_set1_epi8(1);
+#define DI(i) __m512i a##i = _mm512_set1_epi32(i);
+    R12(DI)
+    for (int64_t k = 0; k < iters; k++) {
+#define FI(i) a##i = _mm512_dpbusd_epi32(a##i, b, c); KEEP(a##i)
+        R12(FI)
+    }
+    long s = 0;
+#define SI(i) s += _mm512_reduce_add_epi32(a##i);
+    R12(SI)
+    return (double)iters * 12 * 128 + (s == 123456789 ? 1 : 0);
+}
+
+double avx512_peak(int kind, int64_t iters) {
+    return kind == 2 ? peak_i8(iters) : kind == 1 ? peak_bf16(iters) : peak_f32(iters);
+}
+
 #else /* not x86-64: never called (cpu_choose offers only `ref`) */
 
 size_t mm_i8_group_bytes(const mm_i8_kind *kind, int64_t kc) {
@@ -557,4 +608,5 @@ void avx512_mul_sigmoid(float *x, const float *g, int64_t n) {}
 void avx512_sigmoid(float *x, int64_t n) {}
 void avx512_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps) {}
 void avx512_l2norm(float *x, int64_t n, int64_t rows, float eps) {}
+double avx512_peak(int kind, int64_t iters) { return 0; }
 #endif
