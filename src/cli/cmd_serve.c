@@ -5,7 +5,10 @@
  * Flags follow llama.cpp's server where they mean the same thing (-m, -a,
  * --host, --port, -t, -np/--parallel, -c, --api-key, --api-key-file,
  * --threads-http, --timeout).  This file wires clef_decide into the server;
- * the server itself never sees the model.
+ * the server itself never sees the model.  The model file is copied into
+ * memory at start (clef_model_params.no_mmap) unless --mmap: a server runs
+ * for long, and a mapped file truncated under it would kill it with SIGBUS.
+ * Request limits go to clef_decide_options, time limits to srv_config.
  */
 #include <errno.h>
 #include <limits.h>
