@@ -126,7 +126,7 @@ static void test_ops_paths(void **state) {
     int np = usable_paths(paths);
     for (int p = 0; p < np; p++) {
         const cpu_path path = paths[p];
-        op_rmsnorm_ex(path, y, x, w, N, R, 1e-6f);
+        op_rmsnorm_ex(path, NULL, y, x, w, N, R, 1e-6f);
         for (int r = 0; r < R; r++) {
             double ss = 0;
             for (int i = 0; i < N; i++) ss += (double)x[r * N + i] * x[r * N + i];
@@ -134,7 +134,7 @@ static void test_ops_paths(void **state) {
             for (int i = 0; i < N; i++) assert_true(fabs(y[r * N + i] - x[r * N + i] * sc * w[i]) <= 1e-6 * (1 + fabs(y[r * N + i])));
         }
         memcpy(y, x, sizeof y);
-        op_l2norm_ex(path, y, N, R, 1e-6f);
+        op_l2norm_ex(path, NULL, y, N, R, 1e-6f);
         for (int r = 0; r < R; r++) {
             double ss = 0;
             for (int i = 0; i < N; i++) ss += (double)x[r * N + i] * x[r * N + i];
@@ -151,22 +151,22 @@ static void test_ops_paths(void **state) {
                 fail_msg("%s exp(%.9g) = %.9g, want %.9g", cpu_path_name(path), e[i], y[i], want);
         }
         memcpy(y, x, sizeof y);
-        op_sigmoid_ex(path, y, R * N);
+        op_sigmoid_ex(path, NULL, y, R * N);
         for (int i = 0; i < R * N; i++) assert_true(fabs(y[i] - 1 / (1 + exp(-(double)x[i]))) <= 3e-7);
         memcpy(y, x, sizeof y);
-        op_silu_mul_ex(path, y, g, R * N);
+        op_silu_mul_ex(path, NULL, y, g, R * N);
         for (int i = 0; i < R * N; i++) {
             double want = x[i] / (1 + exp(-(double)x[i])) * g[i];
             assert_true(fabs(y[i] - want) <= 5e-7 * (1 + fabs(want)));
         }
         memcpy(y, x, sizeof y);
-        op_mul_silu_ex(path, y, g, R * N);
+        op_mul_silu_ex(path, NULL, y, g, R * N);
         for (int i = 0; i < R * N; i++) {
             double want = x[i] * g[i] / (1 + exp(-(double)g[i]));
             assert_true(fabs(y[i] - want) <= 5e-7 * (1 + fabs(want)));
         }
         memcpy(y, x, sizeof y);
-        op_mul_sigmoid_ex(path, y, g, R * N);
+        op_mul_sigmoid_ex(path, NULL, y, g, R * N);
         for (int i = 0; i < R * N; i++) {
             double want = x[i] / (1 + exp(-(double)g[i]));
             assert_true(fabs(y[i] - want) <= 5e-7 * (1 + fabs(want)));

@@ -166,7 +166,7 @@ static void conv_fast_task(void *ctx, int ith, int nth) {
 #else
         conv_row(h, w, j->C, first, j->K, o, c1 - c0);
 #endif
-        op_mul_sigmoid_ex(j->path, o, o, c1 - c0); /* silu(x) = x·σ(x) */
+        op_mul_sigmoid_ex(j->path, NULL, o, o, c1 - c0); /* silu(x) = x·σ(x) */
     }
 }
 

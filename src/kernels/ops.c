@@ -112,43 +112,97 @@ void op_embed(const mm_weight *w, const int32_t *ids, int64_t n, float *out) {
 
 static bool wide(cpu_path p) { return p == CPU_PATH_AVX512 || p == CPU_PATH_AMX; }
 
-void op_rmsnorm_ex(cpu_path path, float *y, const float *x, const float *w, int64_t n,
-                   int64_t n_rows, float eps) {
-    if (wide(path)) avx512_rmsnorm(y, x, w, n, n_rows, eps);
-    else if (path == CPU_PATH_AVX2) avx2_rmsnorm(y, x, w, n, n_rows, eps);
-    else op_rmsnorm(y, x, w, n, n_rows, eps);
+typedef enum op_kind { OPK_RMSNORM, OPK_L2NORM, OPK_SIGMOID, OPK_SILU_MUL, OPK_MUL_SILU, OPK_MUL_SIGMOID } op_kind;
+
+typedef struct op_job {
+    op_kind kind;
+    cpu_path path;
+    float *y;
+    const float *x, *w;   /* rmsnorm: x, w; elementwise: w = g */
+    int64_t n, rows;      /* elementwise: rows = 1               */
+    float eps;
+} op_job;
+
+/* Rows [r0, r1) (norms) or elements [r0, r1) (elementwise) of one job. */
+static void op_range(const op_job *j, int64_t r0, int64_t r1) {
+    const cpu_path p = j->path;
+    int64_t nr = r1 - r0;
+    float *y = j->y;
+    const float *g = j->w;
+    switch (j->kind) {
+    case OPK_RMSNORM:
+        if (wide(p)) avx512_rmsnorm(y + r0 * j->n, j->x + r0 * j->n, j->w, j->n, nr, j->eps);
+        else if (p == CPU_PATH_AVX2) avx2_rmsnorm(y + r0 * j->n, j->x + r0 * j->n, j->w, j->n, nr, j->eps);
+        else op_rmsnorm(y + r0 * j->n, j->x + r0 * j->n, j->w, j->n, nr, j->eps);
+        return;
+    case OPK_L2NORM:
+        if (wide(p)) avx512_l2norm(y + r0 * j->n, j->n, nr, j->eps);
+        else if (p == CPU_PATH_AVX2) avx2_l2norm(y + r0 * j->n, j->n, nr, j->eps);
+        else op_l2norm(y + r0 * j->n, j->n, nr, j->eps);
+        return;
+    case OPK_SIGMOID:
+        if (wide(p)) avx512_sigmoid(y + r0, nr);
+        else if (p == CPU_PATH_AVX2) avx2_sigmoid(y + r0, nr);
+        else op_sigmoid(y + r0, nr);
+        return;
+    case OPK_SILU_MUL:
+        if (wide(p)) avx512_silu_mul(y + r0, g + r0, nr);
+        else if (p == CPU_PATH_AVX2) avx2_silu_mul(y + r0, g + r0, nr);
+        else op_silu_mul(y + r0, g + r0, nr);
+        return;
+    case OPK_MUL_SILU:
+        if (wide(p)) avx512_mul_silu(y + r0, g + r0, nr);
+        else if (p == CPU_PATH_AVX2) avx2_mul_silu(y + r0, g + r0, nr);
+        else
+            for (int64_t i = r0; i < r1; i++) y[i] *= op_silu1(g[i]);
+        return;
+    case OPK_MUL_SIGMOID:
+        if (wide(p)) avx512_mul_sigmoid(y + r0, g + r0, nr);
+        else if (p == CPU_PATH_AVX2) avx2_mul_sigmoid(y + r0, g + r0, nr);
+        else
+            for (int64_t i = r0; i < r1; i++) y[i] *= op_sigmoid1(g[i]);
+        return;
+    }
 }
 
-void op_l2norm_ex(cpu_path path, float *x, int64_t n, int64_t n_rows, float eps) {
-    if (wide(path)) avx512_l2norm(x, n, n_rows, eps);
-    else if (path == CPU_PATH_AVX2) avx2_l2norm(x, n, n_rows, eps);
-    else op_l2norm(x, n, n_rows, eps);
+static void op_task(void *ctx, int ith, int nth) {
+    const op_job *j = ctx;
+    bool rows = j->kind == OPK_RMSNORM || j->kind == OPK_L2NORM;
+    int64_t b, e;
+    tp_split(rows ? j->rows : j->n, rows ? 1 : 64, ith, nth, &b, &e);
+    if (b < e) op_range(j, b, e);
 }
 
-void op_sigmoid_ex(cpu_path path, float *x, int64_t n) {
-    if (wide(path)) avx512_sigmoid(x, n);
-    else if (path == CPU_PATH_AVX2) avx2_sigmoid(x, n);
-    else op_sigmoid(x, n);
+static void op_run(tp_pool *pool, const op_job *j) {
+    bool rows = j->kind == OPK_RMSNORM || j->kind == OPK_L2NORM;
+    int64_t work = rows ? j->n * j->rows : j->n;
+    if (work < 65536 || j->path == CPU_PATH_REF) pool = NULL;
+    tp_run(pool, op_task, (void *)j);
 }
 
-void op_silu_mul_ex(cpu_path path, float *x, const float *g, int64_t n) {
-    if (wide(path)) avx512_silu_mul(x, g, n);
-    else if (path == CPU_PATH_AVX2) avx2_silu_mul(x, g, n);
-    else op_silu_mul(x, g, n);
+void op_rmsnorm_ex(cpu_path path, tp_pool *pool, float *y, const float *x, const float *w,
+                   int64_t n, int64_t n_rows, float eps) {
+    op_run(pool, &(op_job){OPK_RMSNORM, path, y, x, w, n, n_rows, eps});
 }
 
-void op_mul_silu_ex(cpu_path path, float *x, const float *g, int64_t n) {
-    if (wide(path)) avx512_mul_silu(x, g, n);
-    else if (path == CPU_PATH_AVX2) avx2_mul_silu(x, g, n);
-    else
-        for (int64_t i = 0; i < n; i++) x[i] *= op_silu1(g[i]);
+void op_l2norm_ex(cpu_path path, tp_pool *pool, float *x, int64_t n, int64_t n_rows, float eps) {
+    op_run(pool, &(op_job){OPK_L2NORM, path, x, NULL, NULL, n, n_rows, eps});
 }
 
-void op_mul_sigmoid_ex(cpu_path path, float *x, const float *g, int64_t n) {
-    if (wide(path)) avx512_mul_sigmoid(x, g, n);
-    else if (path == CPU_PATH_AVX2) avx2_mul_sigmoid(x, g, n);
-    else
-        for (int64_t i = 0; i < n; i++) x[i] *= op_sigmoid1(g[i]);
+void op_sigmoid_ex(cpu_path path, tp_pool *pool, float *x, int64_t n) {
+    op_run(pool, &(op_job){OPK_SIGMOID, path, x, NULL, NULL, n, 1, 0});
+}
+
+void op_silu_mul_ex(cpu_path path, tp_pool *pool, float *x, const float *g, int64_t n) {
+    op_run(pool, &(op_job){OPK_SILU_MUL, path, x, NULL, g, n, 1, 0});
+}
+
+void op_mul_silu_ex(cpu_path path, tp_pool *pool, float *x, const float *g, int64_t n) {
+    op_run(pool, &(op_job){OPK_MUL_SILU, path, x, NULL, g, n, 1, 0});
+}
+
+void op_mul_sigmoid_ex(cpu_path path, tp_pool *pool, float *x, const float *g, int64_t n) {
+    op_run(pool, &(op_job){OPK_MUL_SIGMOID, path, x, NULL, g, n, 1, 0});
 }
 
 void op_exp_ex(cpu_path path, const float *x, float *y, int64_t n) {

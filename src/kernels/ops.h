@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "core/threadpool.h"
 #include "kernels/matmul.h"
 
 /* y = x / sqrt(mean(x²) + eps) · w, for n_rows rows of n elements (x, y
@@ -58,14 +59,16 @@ int op_rope_pair_stream(const int sections[4], int i);
 /* The same operations on the kernels of `path` (core/cpu.h).  ref: exactly
  * the functions above.  avx2/avx512/amx: vectorised, with a polynomial e^x
  * within 2 ulp of libm's (kernels/simd.h) and norms' sums of squares in
- * double in another order — float-rounding differences only. */
-void op_rmsnorm_ex(cpu_path path, float *y, const float *x, const float *w, int64_t n,
-                   int64_t n_rows, float eps);
-void op_l2norm_ex(cpu_path path, float *x, int64_t n, int64_t n_rows, float eps);
-void op_sigmoid_ex(cpu_path path, float *x, int64_t n);
-void op_silu_mul_ex(cpu_path path, float *x, const float *g, int64_t n); /* x = silu(x)·g */
-void op_mul_silu_ex(cpu_path path, float *x, const float *g, int64_t n); /* x = x·silu(g) */
-void op_mul_sigmoid_ex(cpu_path path, float *x, const float *g, int64_t n); /* x = x·σ(g) */
+ * double in another order — float-rounding differences only.  Rows (norms)
+ * or elements are shared out over pool (NULL: this thread) when there are
+ * enough of them; every value is computed the same way either way. */
+void op_rmsnorm_ex(cpu_path path, tp_pool *pool, float *y, const float *x, const float *w,
+                   int64_t n, int64_t n_rows, float eps);
+void op_l2norm_ex(cpu_path path, tp_pool *pool, float *x, int64_t n, int64_t n_rows, float eps);
+void op_sigmoid_ex(cpu_path path, tp_pool *pool, float *x, int64_t n);
+void op_silu_mul_ex(cpu_path path, tp_pool *pool, float *x, const float *g, int64_t n); /* silu(x)·g */
+void op_mul_silu_ex(cpu_path path, tp_pool *pool, float *x, const float *g, int64_t n); /* x·silu(g) */
+void op_mul_sigmoid_ex(cpu_path path, tp_pool *pool, float *x, const float *g, int64_t n); /* x·σ(g) */
 void op_exp_ex(cpu_path path, const float *x, float *y, int64_t n);      /* y = e^x      */
 
 /* out[t][0..w->in) = row ids[t] of w (an embedding table [V][E]).  Every

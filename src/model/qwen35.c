@@ -625,7 +625,7 @@ static void deltanet_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35
     run_mm(r, pool, &l->attn_qkv, r->h, qkv, T);
     run_mm(r, pool, &l->attn_gate, r->h, r->z, T);
     run_mm(r, pool, &l->ssm_beta, r->h, r->beta, T);
-    op_sigmoid_ex(path, r->beta, T * Hv);
+    op_sigmoid_ex(path, pool, r->beta, T * Hv);
     run_mm(r, pool, &l->ssm_alpha, r->h, r->gdecay, T);
     for (int64_t t = 0; t < T; t++)
         for (int h = 0; h < Hv; h++) {
@@ -638,14 +638,14 @@ static void deltanet_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35
     gdn_conv_shift(r->hist, T, cd, K);
 
     /* 3. q, k L2-normalised per head */
-    for (int64_t t = 0; t < T; t++) op_l2norm_ex(path, r->conv + t * cd, Dk, 2 * Hk, c->rms_eps);
+    for (int64_t t = 0; t < T; t++) op_l2norm_ex(path, NULL, r->conv + t * cd, Dk, 2 * Hk, c->rms_eps);
 
     /* 4. gated delta rule */
     for (int i = 0; i < r->n_segs; i++) deltanet_rule_segment(c, r, pool, il, c0, &r->seg[i]);
 
     /* 5. y_h = rms(o_h, ssm_norm)·silu(z_h);  mix = y·Wout */
-    op_rmsnorm_ex(path, r->o, r->o, l->ssm_norm, Dv, T * Hv, c->rms_eps);
-    op_mul_silu_ex(path, r->o, r->z, T * Hv * Dv);
+    op_rmsnorm_ex(path, pool, r->o, r->o, l->ssm_norm, Dv, T * Hv, c->rms_eps);
+    op_mul_silu_ex(path, pool, r->o, r->z, T * Hv * Dv);
     run_mm(r, pool, &l->ssm_out, r->o, r->mix, T);
 }
 
@@ -669,9 +669,9 @@ static void attention_chunk(const qwen35_config *c, const qwen35_layer *l, qwen3
             memcpy(r->q + (t * H + hh) * D, r->qg + (t * H + hh) * 2 * D, (size_t)D * sizeof *r->q);
 
     /* 2. q, k RMS-normed per head */
-    op_rmsnorm_ex(path, r->q, r->q, l->attn_q_norm, D, T * H, c->rms_eps);
+    op_rmsnorm_ex(path, pool, r->q, r->q, l->attn_q_norm, D, T * H, c->rms_eps);
     run_mm(r, pool, &l->attn_k, r->h, r->kc, T);
-    op_rmsnorm_ex(path, r->kc, r->kc, l->attn_k_norm, D, T * Hkv, c->rms_eps);
+    op_rmsnorm_ex(path, pool, r->kc, r->kc, l->attn_k_norm, D, T * Hkv, c->rms_eps);
     run_mm(r, pool, &l->attn_v, r->h, r->vc, T);
 
     /* 3. rotary on the first n_rot dims; k, v join their sequences' rows */
@@ -699,7 +699,7 @@ static void attention_chunk(const qwen35_config *c, const qwen35_layer *l, qwen3
     /* 5. mix = (attn ⊙ sigmoid(gate))·Wo */
     for (int64_t t = 0; t < T; t++)
         for (int hh = 0; hh < H; hh++) {
-            op_mul_sigmoid_ex(path, r->o + (t * H + hh) * D, r->qg + (t * H + hh) * 2 * D + D, D);
+            op_mul_sigmoid_ex(path, NULL, r->o + (t * H + hh) * D, r->qg + (t * H + hh) * 2 * D + D, D);
         }
     run_mm(r, pool, &l->attn_output, r->o, r->mix, T);
 }
@@ -727,10 +727,10 @@ static void attention_carry(const qwen35_config *c, qwen35_run *r, int il, bool 
 static void ffn_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35_run *r, tp_pool *pool,
                       int64_t c0, int64_t T) {
     float *x = r->x + c0 * c->n_embd;
-    op_rmsnorm_ex(r->cpu->path, r->h, x, l->post_attention_norm, c->n_embd, T, c->rms_eps);
+    op_rmsnorm_ex(r->cpu->path, pool, r->h, x, l->post_attention_norm, c->n_embd, T, c->rms_eps);
     run_mm(r, pool, &l->ffn_gate, r->h, r->ff_gate, T);
     run_mm(r, pool, &l->ffn_up, r->h, r->ff_up, T);
-    op_silu_mul_ex(r->cpu->path, r->ff_gate, r->ff_up, T * c->n_ff);
+    op_silu_mul_ex(r->cpu->path, pool, r->ff_gate, r->ff_up, T * c->n_ff);
     run_mm(r, pool, &l->ffn_down, r->ff_gate, r->mix, T);
     add_rows(x, r->mix, T * c->n_embd);
 }
@@ -742,7 +742,7 @@ static void layer_forward(const qwen35_config *c, const qwen35_layer *l, int il,
         int64_t T = r->N - c0 < r->C ? r->N - c0 : r->C;
         float *x = r->x + c0 * c->n_embd;
         run_segments(r, c0, T);
-        op_rmsnorm_ex(r->cpu->path, r->h, x, l->attn_norm, c->n_embd, T, c->rms_eps);
+        op_rmsnorm_ex(r->cpu->path, pool, r->h, x, l->attn_norm, c->n_embd, T, c->rms_eps);
         if (l->recurrent) deltanet_chunk(c, l, r, pool, il, c0, T);
         else attention_chunk(c, l, r, pool, c0, T);
         add_rows(x, r->mix, T * c->n_embd);
@@ -850,7 +850,7 @@ clef_status qwen35_forward_stats(const qwen35_model *m, tp_pool *pool, const qwe
     /* out = rms(x, output_norm), per sequence into the caller's buffers */
     double t0 = stage_begin(&r);
     for (int s = 0; s < n_seq; s++)
-        op_rmsnorm_ex(m->cpu.path, seqs[s].hidden, r.x + r.x0[s] * E, m->output_norm, E, seqs[s].n,
+        op_rmsnorm_ex(m->cpu.path, pool, seqs[s].hidden, r.x + r.x0[s] * E, m->output_norm, E, seqs[s].n,
                       c->rms_eps);
     stage_end(&r, t0, stats ? &stats->head_s : NULL);
     run_free(&r);
