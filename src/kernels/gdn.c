@@ -10,6 +10,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,10 +200,12 @@ typedef struct chunk_buf {
     float *a;       /* [n][n]:   (I + A)⁻¹ built row by row                     */
     float *wq;      /* [n][n]:   e^{G_t−G_s}(q_t·k_s), s ≤ t                    */
     float *e;       /* [n]       scratch row of exponents                       */
+    float *kt;      /* [Dk][n]:  Kᵀ                                             */
 } chunk_buf;
 
 static size_t chunk_floats(int Dk, int Dv) {
-    return (size_t)(2 * NC) * (size_t)(Dk + Dv + NC) + 2 * (size_t)NC * (size_t)Dv + 2 * NC * NC + NC;
+    return (size_t)(2 * NC) * (size_t)(Dk + Dv + NC) + 2 * (size_t)NC * (size_t)Dv + 2 * NC * NC + NC +
+           (size_t)Dk * NC;
 }
 
 static void chunk_buf_at(float *base, int Dk, int Dv, chunk_buf *b) {
@@ -214,17 +217,20 @@ static void chunk_buf_at(float *base, int Dk, int Dv, chunk_buf *b) {
     b->a = b->d + NC * Dv;
     b->wq = b->a + NC * NC;
     b->e = b->wq + NC * NC;
+    b->kt = b->e + NC;
 }
 
 typedef struct chunk_job {
     cpu_path path;
     const delta_job *dj;
     float *scratch;     /* per thread chunk_floats                           */
+    atomic_int next_head;
 } chunk_job;
 
 /* Tokens [t0, t0+n) of value head h, one chunk (no sequence start inside but
  * possibly at t0).  S [Dk][Dv] in/out. */
-static void delta_chunk(const chunk_job *cj, chunk_buf *b, int h, int64_t t0, int n) {
+static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_job *cj, chunk_buf *b,
+                                                                    int h, int64_t t0, int n) {
     const delta_job *j = cj->dj;
     const cpu_path path = cj->path;
     const int Dk = j->Dk, Dv = j->Dv, hk = h % j->Hk;
@@ -249,9 +255,11 @@ static void delta_chunk(const chunk_job *cj, chunk_buf *b, int h, int64_t t0, in
         memcpy(b->kq + (int64_t)t * Dk, kt, (size_t)Dk * sizeof *kt);
         for (int i = 0; i < Dk; i++) b->kq[(int64_t)(n + t) * Dk + i] = qt[i] * scale;
     }
+    for (int i = 0; i < Dk; i++)
+        for (int t = 0; t < n; t++) b->kt[i * n + t] = b->kq[(int64_t)t * Dk + i];
     /* P = [K; Q]·S0,  M = [K; Q]·Kᵀ */
     mm_gemm_nn(path, 2 * n, Dv, Dk, b->kq, Dk, 1, S, Dv, b->p, Dv, false);
-    mm_gemm_nt(path, 2 * n, n, Dk, b->kq, Dk, b->kq, Dk, b->m, n, false);
+    mm_gemm_nn(path, 2 * n, n, Dk, b->kq, Dk, 1, b->kt, n, b->m, n, false);
     /* R_t = β_t (v_t − γ_t·S0ᵀk_t) */
     for (int t = 0; t < n; t++) {
         const float *vt = j->v + (t0 + t) * j->ld + (int64_t)h * Dv;
@@ -298,18 +306,41 @@ static void delta_chunk(const chunk_job *cj, chunk_buf *b, int h, int64_t t0, in
     mm_gemm_nn(path, Dk, Dv, n, b->kq, 1, Dk, b->r, Dv, S, Dv, true);
 }
 
+/* The chunk's own loops (gathers, the n x n inverse, scalings) compiled for
+ * the target too, so they vectorise. */
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void
+delta_chunk_avx512(const chunk_job *cj, chunk_buf *b, int h, int64_t t0, int n) {
+    delta_chunk_body(cj, b, h, t0, n);
+}
+__attribute__((target("avx2,fma"))) static void
+delta_chunk_avx2(const chunk_job *cj, chunk_buf *b, int h, int64_t t0, int n) {
+    delta_chunk_body(cj, b, h, t0, n);
+}
+#endif
+
+static void delta_chunk(const chunk_job *cj, chunk_buf *b, int h, int64_t t0, int n) {
+#if defined(__x86_64__)
+    if (cj->path == CPU_PATH_AVX2) delta_chunk_avx2(cj, b, h, t0, n);
+    else if (cj->path != CPU_PATH_REF) delta_chunk_avx512(cj, b, h, t0, n);
+    else delta_chunk_body(cj, b, h, t0, n);
+#else
+    delta_chunk_body(cj, b, h, t0, n);
+#endif
+}
+
+/* Heads are taken from a shared counter (a descheduled thread does fewer). */
 static void chunk_task(void *ctx, int ith, int nth) {
-    const chunk_job *cj = ctx;
+    chunk_job *cj = ctx;
     const delta_job *j = cj->dj;
+    (void)nth;
     chunk_buf b;
     chunk_buf_at(cj->scratch + (size_t)ith * chunk_floats(j->Dk, j->Dv), j->Dk, j->Dv, &b);
-    int64_t h0, h1;
-    tp_split(j->Hv, 1, ith, nth, &h0, &h1);
-    for (int64_t h = h0; h < h1; h++)
+    for (int h; (h = atomic_fetch_add(&cj->next_head, 1)) < j->Hv;)
         for (int64_t t = 0; t < j->T;) {
             int n = 1;
             while (t + n < j->T && n < NC && j->pos[t + n] != 0 && j->pos[t + n] % NC != 0) n++;
-            delta_chunk(cj, &b, (int)h, t, n);
+            delta_chunk(cj, &b, h, t, n);
             t += n;
         }
 }
@@ -319,7 +350,7 @@ void gdn_delta_rule_ex(cpu_path path, tp_pool *pool, const float *q, const float
                        const int32_t *pos, int64_t T, int Hk, int Hv, int Dk, int Dv, float *S,
                        float *o) {
     assert(Dk <= GDN_MAX_HEAD_DIM && Dv <= GDN_MAX_HEAD_DIM && Hk > 0 && Hv > 0);
-    int nth = tp_size(pool) < Hv ? tp_size(pool) : Hv;
+    int nth = tp_size(pool);
     float *scratch = path == CPU_PATH_REF ? NULL
                                           : malloc((size_t)nth * chunk_floats(Dk, Dv) * sizeof(float));
     if (!scratch) {
@@ -327,7 +358,8 @@ void gdn_delta_rule_ex(cpu_path path, tp_pool *pool, const float *q, const float
         return;
     }
     delta_job dj = {q, k, v, ld, g, beta, pos, T, Hk, Hv, Dk, Dv, S, o};
-    chunk_job cj = {path, &dj, scratch};
+    chunk_job cj = {.path = path, .dj = &dj, .scratch = scratch};
+    atomic_init(&cj.next_head, 0);
     tp_run(pool, chunk_task, &cj);
     free(scratch);
 }

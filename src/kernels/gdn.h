@@ -64,7 +64,7 @@ void gdn_delta_rule(tp_pool *pool, const float *q, const float *k, const float *
  * (mm_gemm_nn / mm_gemm_nt).  Chunks break at GDN_CHUNK-multiples of the
  * position and at sequence starts, so a sequence continued from a state
  * saved at such a multiple sees the same chunks as the uninterrupted run.
- * Work is split across value heads. */
+ * Value heads are dealt to threads from a shared counter. */
 #define GDN_CHUNK 64
 void gdn_conv1d_silu_ex(cpu_path path, tp_pool *pool, const float *hist, const float *w,
                         const int32_t *pos, int64_t T, int64_t C, int K, float *out);

@@ -29,7 +29,7 @@
  *                   weights with f32 activations
  *   F16 weights     dequantized, f32 activations
  * Weights are not repacked at load: each call packs the panel of rows it is
- * about to use (≤ 192 rows x ≤ 1024 k) into a per-thread buffer in the
+ * about to use (48 rows x ≤ 2048 k) into a per-thread buffer in the
  * kernel's interleaved layout (kernels/simd.h).  That costs one pass over
  * the weights per call — a few percent at hundreds of tokens — and no
  * second copy of the model in memory.  Every output element is summed in

@@ -4,16 +4,17 @@
  * panels, and the portable helpers the ISA kernels use (row dequantization,
  * BF16 rounding, unpacking quant blocks to unsigned int8).
  *
- * Loop (one thread; rows [r_begin, r_end) of the output are its own):
+ * Loop (threads take panels of NP output rows from a shared counter):
  *   for each panel of NP rows:  for each k block of KC:
  *     make the panel's rows readable by the kernel — in place (F32, BF16 on
  *     bf16 hardware), dequantized to f32 rows, or packed into I8 groups —
  *     then run every token over it (kernels/simd.h).
- * The panel (≤ 96 rows x KC) stays in L2 while all tokens pass over it, so
+ * The panel (≤ 48 rows x KC) stays in L2 while all tokens pass over it, so
  * the weights come from memory once per call; each token tile's x rows stay
  * in L1 across the panel.  Activations are converted once per call, shared
  * by all threads, in a first parallel pass.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +34,7 @@ typedef struct mm_plan {
     int64_t KC, NP;     /* k per block, rows per panel                          */
 } mm_plan;
 
-enum { MM_NP = 96, MM_KC_F32 = 1024, MM_KC_BF16 = 2048, MM_KC_I8 = 1024, MM_ALIGN = 64 };
+enum { MM_NP = 48, MM_KC_F32 = 1024, MM_KC_BF16 = 2048, MM_KC_I8 = 1024, MM_ALIGN = 64 };
 
 static bool is_i8_type(uint32_t t) {
     return t == CLEF_DTYPE_Q8_0 || t == CLEF_DTYPE_Q4_K || t == CLEF_DTYPE_Q5_K || t == CLEF_DTYPE_Q6_K;
@@ -130,6 +131,7 @@ typedef struct mm_fast_job {
     uint8_t *threads;     /* n_threads x thread_bytes                     */
     size_t per_thread;
     mm_i8_act i8;         /* views into act for MM_KIND_I8               */
+    atomic_int_fast64_t next; /* the next panel to take                  */
 } mm_fast_job;
 
 static void act_task(void *ctx, int ith, int nth) {
@@ -186,13 +188,16 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
     }
 }
 
+/* Panels are taken from a shared counter, so a thread that runs slower (or
+ * is descheduled) simply does fewer; every output is computed the same way
+ * whichever thread does it. */
 static void mm_fast_task(void *ctx, int ith, int nth) {
-    const mm_fast_job *j = ctx;
-    int64_t r0, r1;
-    tp_split(j->w->out, j->p.kind == MM_KIND_I8 ? MM_I8_G : MM_DOT_RN, ith, nth, &r0, &r1);
+    mm_fast_job *j = ctx;
+    (void)nth;
     uint8_t *tb = j->threads + (size_t)ith * j->per_thread;
-    for (int64_t p0 = r0; p0 < r1; p0 += j->p.NP) {
-        int64_t np = r1 - p0 < j->p.NP ? r1 - p0 : j->p.NP;
+    const int64_t panels = (j->w->out + j->p.NP - 1) / j->p.NP;
+    for (int64_t pi; (pi = atomic_fetch_add(&j->next, 1)) < panels;) {
+        int64_t p0 = pi * j->p.NP, np = j->w->out - p0 < j->p.NP ? j->w->out - p0 : j->p.NP;
         for (int64_t k0 = 0; k0 < j->w->in; k0 += j->p.KC) {
             int64_t kc = j->w->in - k0 < j->p.KC ? j->w->in - k0 : j->p.KC;
             panel_block(j, tb, p0, np, k0, kc);
@@ -230,6 +235,7 @@ void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const
         j.i8.ld = w->in;
     }
     if (ab) tp_run(pool, act_task, &j);
+    atomic_init(&j.next, 0);
     tp_run(pool, mm_fast_task, &j);
     mm_workspace_free(&local);
 }

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "kernels/dequant.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
@@ -213,6 +214,50 @@ T512 static void bc_f32_tile(int64_t k, const float *A, int64_t rsa, int64_t csa
     }
 }
 
+/* c0..c3 += broadcast(*p) · b0..b3. */
+#define FMA4_BCAST(c0, c1, c2, c3, b0, b1, b2, b3, p)                                           \
+    __asm__("vfmadd231ps %4%{1to16%}, %5, %0\n\t"                                              \
+            "vfmadd231ps %4%{1to16%}, %6, %1\n\t"                                              \
+            "vfmadd231ps %4%{1to16%}, %7, %2\n\t"                                              \
+            "vfmadd231ps %4%{1to16%}, %8, %3"                                                   \
+            : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3)                                             \
+            : "m"(*(p)), "v"(b0), "v"(b1), "v"(b2), "v"(b3))
+
+enum { CM = 6 }; /* 6 rows x 64 columns, for widths that are multiples of 64 */
+
+T512 static void bc_f32_tile64(int64_t k, const float *A, int64_t rsa, int64_t csa, int mr,
+                               const float *B, int64_t ldb, int nc, float *C, int64_t ldc, bool add) {
+    __m512 c[CM][4];
+    const float *a[CM];
+#pragma GCC unroll 6
+    for (int i = 0; i < CM; i++) {
+        a[i] = A + (i < mr ? i : mr - 1) * rsa;
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) c[i][j] = _mm512_setzero_ps();
+    }
+    __mmask16 m[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) m[j] = lanes16(nc - 16 * j);
+    for (int64_t kk = 0; kk < k; kk++, B += ldb) {
+        __m512 b0 = _mm512_maskz_loadu_ps(m[0], B), b1 = _mm512_maskz_loadu_ps(m[1], B + 16),
+               b2 = _mm512_maskz_loadu_ps(m[2], B + 32), b3 = _mm512_maskz_loadu_ps(m[3], B + 48);
+        const int64_t o = kk * csa;
+#pragma GCC unroll 6
+        for (int i = 0; i < CM; i++) FMA4_BCAST(c[i][0], c[i][1], c[i][2], c[i][3], b0, b1, b2, b3, a[i] + o);
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < CM; i++) {
+        if (i >= mr) break;
+        float *p = C + i * ldc;
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m512 v = c[i][j];
+            if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m[j], p + 16 * j));
+            _mm512_mask_storeu_ps(p + 16 * j, m[j], v);
+        }
+    }
+}
+
 T512 void avx512_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
                          const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {
     if (m <= 0 || n <= 0) return;
@@ -221,11 +266,15 @@ T512 void avx512_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_
             for (int64_t i = 0; i < m; i++) memset(C + i * ldc, 0, (size_t)n * sizeof *C);
         return;
     }
-    for (int64_t j = 0; j < n; j += 16 * BN) {
-        int nc = (int)(n - j < 16 * BN ? n - j : 16 * BN);
-        for (int64_t i = 0; i < m; i += BM) {
-            int mr = (int)(m - i < BM ? m - i : BM);
-            bc_f32_tile(k, A + i * rsa, rsa, csa, mr, B + j, ldb, nc, C + i * ldc + j, ldc, add);
+    /* the column tile that wastes fewer lanes: 64 wide (6 rows) or 48 (8 rows) */
+    const bool w64 = (n + 63) / 64 * 64 < (n + 47) / 48 * 48;
+    const int NW = w64 ? 64 : 16 * BN, MR = w64 ? CM : BM;
+    for (int64_t j = 0; j < n; j += NW) {
+        int nc = (int)(n - j < NW ? n - j : NW);
+        for (int64_t i = 0; i < m; i += MR) {
+            int mr = (int)(m - i < MR ? m - i : MR);
+            if (w64) bc_f32_tile64(k, A + i * rsa, rsa, csa, mr, B + j, ldb, nc, C + i * ldc + j, ldc, add);
+            else bc_f32_tile(k, A + i * rsa, rsa, csa, mr, B + j, ldb, nc, C + i * ldc + j, ldc, add);
         }
     }
 }
@@ -395,11 +444,80 @@ T512VNNI void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_
     }
 }
 
+/* c[k] = dword k of rows r[0..16) for a 16 x 8 dword block (r as ymm). */
+INLINE T512 void transpose16x8(const __m256i r[16], __m512i c[8]) {
+    __m512i z[8], t[8], u[8];
+    for (int i = 0; i < 8; i++) z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(r[i]), r[i + 8], 1);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    for (int i = 0; i < 4; i++) {
+        c[i] = _mm512_permutex2var_epi64(u[i], lo, u[i + 4]);
+        c[i + 4] = _mm512_permutex2var_epi64(u[i], hi, u[i + 4]);
+    }
+}
+
+/* Q8_0 panel: 16 rows at a time, one block: quants made unsigned (^0x80)
+ * and transposed to the group layout in registers. */
+T512 static void pack_q8_0(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
+                           uint8_t *dst) {
+    const int64_t nblk = kc / 32, groups = (np + IG - 1) / IG;
+    const size_t bbytes = 32 * IG + 2 * IG * sizeof(float);
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int64_t g = 0; g < groups; g++) {
+        uint8_t *gp = dst + g * nblk * bbytes;
+        for (int sg = 0; sg < IG / 16; sg++) {
+            const uint8_t *rows[16];
+            for (int i = 0; i < 16; i++) {
+                int64_t row = g * IG + sg * 16 + i;
+                rows[i] = row < np ? (const uint8_t *)w->data + (size_t)(r0 + row) * w->row_bytes +
+                                         (size_t)(k0 / 32) * 34
+                                   : NULL;
+            }
+            for (int64_t b = 0; b < nblk; b++) {
+                __m256i r[16];
+                uint16_t d16[16];
+                for (int i = 0; i < 16; i++) {
+                    if (rows[i]) {
+                        const uint8_t *blk = rows[i] + b * 34;
+                        r[i] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), flip);
+                        d16[i] = (uint16_t)(blk[0] | blk[1] << 8);
+                    } else {
+                        r[i] = _mm256_setzero_si256();
+                        d16[i] = 0;
+                    }
+                }
+                __m512i c[8];
+                transpose16x8(r, c);
+                uint8_t *bp = gp + b * bbytes;
+                for (int kq = 0; kq < 8; kq++) _mm512_store_si512(bp + kq * 192 + sg * 64, c[kq]);
+                __m512 sv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d16));
+                float *sp = (float *)(bp + 32 * IG);
+                _mm512_store_ps(sp + sg * 16, sv);
+                _mm512_store_ps(sp + IG + sg * 16, _mm512_mul_ps(sv, _mm512_set1_ps(-128.0f)));
+            }
+        }
+    }
+}
+
 /* Interleave rows into groups: row r's dword kq of block b goes to
  * group + b·block_bytes + kq·192 + (r % 48)·4; then s and m. */
 T512 void avx512_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                          int64_t k0, int64_t kc, uint8_t *dst) {
     enum { MAXK = 1024 };
+    if (w->type == CLEF_DTYPE_Q8_0) {
+        pack_q8_0(w, r0, np, k0, kc, dst);
+        return;
+    }
     const int bk = kind->bk;
     const int64_t nblk = kc / bk;
     const size_t bbytes = (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
