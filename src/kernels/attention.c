@@ -85,6 +85,8 @@ void attn_causal(tp_pool *pool, const float *q, const float *k, const float *v,
 
 /* ==== blocked path on the small-GEMM kernels ============================== */
 
+enum { KB = ATTN_FAST_KEYS, QB = ATTN_QBLOCK };
+
 typedef struct attn_item {
     int kh;             /* K/V head                                            */
     int64_t t0, n;      /* query tokens [t0, t0+n) of one sequence             */
@@ -107,11 +109,12 @@ static int item_cmp(const void *x, const void *y) {
 }
 
 /* One item: rows r = i·group + hg for query token t0+i and head kh·group+hg. */
-static void attn_item_run(const attn_fast_job *j, const attn_item *it, float *buf) {
+static inline __attribute__((always_inline)) void attn_item_body(const attn_fast_job *j, const attn_item *it, float *buf) {
     const attn_job *a = &j->a;
     const int D = a->D, group = a->H / a->Hkv;
     const int64_t kvs = (int64_t)a->Hkv * D, rows = it->n * group;
-    float *Q = buf, *O = Q + rows * D, *P = O + rows * D, *m = P + rows * ATTN_BLOCK, *l = m + rows;
+    float *Q = buf, *O = Q + rows * D, *P = O + rows * D, *m = P + rows * KB, *l = m + rows;
+    float *Kb = l + rows, *Vb = Kb + KB * D; /* the block's keys / values, contiguous */
     for (int64_t i = 0; i < it->n; i++)
         memcpy(Q + i * group * D, a->q + ((it->t0 + i) * a->H + (int64_t)it->kh * group) * D,
                (size_t)(group * D) * sizeof *Q);
@@ -122,12 +125,17 @@ static void attn_item_run(const attn_fast_job *j, const attn_item *it, float *bu
     }
     const int64_t first = a->q0 + it->t0 - a->pos[it->t0]; /* the sequence's first key */
     const int64_t last = a->q0 + it->t0 + it->n - 1;      /* the last query's own key */
-    for (int64_t j0 = first; j0 <= last; j0 += ATTN_BLOCK) {
-        int64_t nb = last + 1 - j0 < ATTN_BLOCK ? last + 1 - j0 : ATTN_BLOCK;
-        const float *kb = a->k + j0 * kvs + (int64_t)it->kh * D, *vb = a->v + j0 * kvs + (int64_t)it->kh * D;
-        mm_gemm_nt(j->path, rows, nb, D, Q, D, kb, kvs, P, ATTN_BLOCK, false);
+    for (int64_t j0 = first; j0 <= last; j0 += KB) {
+        int64_t nb = last + 1 - j0 < KB ? last + 1 - j0 : KB;
+        /* rows of one head sit Hkv·D apart: copied together they stop
+         * competing for the same cache sets */
+        for (int64_t c = 0; c < nb; c++) {
+            memcpy(Kb + c * D, a->k + (j0 + c) * kvs + (int64_t)it->kh * D, (size_t)D * sizeof *Kb);
+            memcpy(Vb + c * D, a->v + (j0 + c) * kvs + (int64_t)it->kh * D, (size_t)D * sizeof *Vb);
+        }
+        mm_gemm_nt(j->path, rows, nb, D, Q, D, Kb, D, P, KB, false);
         for (int64_t r = 0; r < rows; r++) {
-            float *p = P + r * ATTN_BLOCK;
+            float *p = P + r * KB;
             int64_t valid = a->q0 + it->t0 + r / group - j0 + 1; /* keys up to the query itself */
             if (valid > nb) valid = nb;
             if (valid <= 0) {
@@ -151,7 +159,7 @@ static void attn_item_run(const attn_fast_job *j, const attn_item *it, float *bu
             for (int64_t c = 0; c < valid; c++) l[r] += p[c];
             for (int64_t c = valid; c < nb; c++) p[c] = 0.0f;
         }
-        mm_gemm_nn(j->path, rows, D, nb, P, ATTN_BLOCK, 1, vb, kvs, O, D, true);
+        mm_gemm_nn(j->path, rows, D, nb, P, KB, 1, Vb, D, O, D, true);
     }
     for (int64_t i = 0; i < it->n; i++)
         for (int hg = 0; hg < group; hg++) {
@@ -159,6 +167,26 @@ static void attn_item_run(const attn_fast_job *j, const attn_item *it, float *bu
             float inv = 1.0f / l[r], *o = a->out + ((it->t0 + i) * a->H + (int64_t)it->kh * group + hg) * D;
             for (int d = 0; d < D; d++) o[d] = O[r * D + d] * inv;
         }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void
+attn_item_avx512(const attn_fast_job *j, const attn_item *it, float *buf) {
+    attn_item_body(j, it, buf);
+}
+__attribute__((target("avx2,fma"))) static void
+attn_item_avx2(const attn_fast_job *j, const attn_item *it, float *buf) {
+    attn_item_body(j, it, buf);
+}
+#endif
+
+static void attn_item_run(const attn_fast_job *j, const attn_item *it, float *buf) {
+#if defined(__x86_64__)
+    if (j->path == CPU_PATH_AVX2) attn_item_avx2(j, it, buf);
+    else attn_item_avx512(j, it, buf);
+#else
+    attn_item_body(j, it, buf);
+#endif
 }
 
 static void attn_fast_task(void *ctx, int ith, int nth) {
@@ -184,9 +212,9 @@ void attn_causal_ex(cpu_path path, tp_pool *pool, const float *q, const float *k
     /* items: runs of one sequence cut into ATTN_QBLOCK tokens, for every K/V head */
     int64_t n_runs = 0;
     for (int64_t t = 0; t < Tq; t++)
-        if (t == 0 || pos[t] != pos[t - 1] + 1 || pos[t] % ATTN_QBLOCK == 0) n_runs++;
+        if (t == 0 || pos[t] != pos[t - 1] + 1 || pos[t] % QB == 0) n_runs++;
     attn_fast_job j = {.path = path, .a = {q, k, v, pos, q0, Tq, H, Hkv, D, scale, out}};
-    j.thread_floats = (size_t)ATTN_QBLOCK * group * (2 * (size_t)D + ATTN_BLOCK + 2);
+    j.thread_floats = (size_t)QB * group * (2 * (size_t)D + KB + 2) + 2 * (size_t)KB * D;
     j.items = malloc((size_t)(n_runs * Hkv) * sizeof *j.items);
     j.scratch = malloc((size_t)tp_size(pool) * j.thread_floats * sizeof *j.scratch);
     if (!j.items || !j.scratch) {
@@ -197,7 +225,7 @@ void attn_causal_ex(cpu_path path, tp_pool *pool, const float *q, const float *k
     }
     for (int64_t t = 0; t < Tq;) {
         int64_t n = 1;
-        while (t + n < Tq && pos[t + n] == pos[t + n - 1] + 1 && pos[t + n] % ATTN_QBLOCK != 0) n++;
+        while (t + n < Tq && pos[t + n] == pos[t + n - 1] + 1 && pos[t + n] % QB != 0) n++;
         for (int kh = 0; kh < Hkv; kh++)
             j.items[j.n_items++] = (attn_item){kh, t, n, (pos[t] + n) * n};
         t += n;
