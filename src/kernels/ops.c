@@ -112,7 +112,10 @@ void op_embed(const mm_weight *w, const int32_t *ids, int64_t n, float *out) {
 
 static bool wide(cpu_path p) { return p == CPU_PATH_AVX512 || p == CPU_PATH_AMX; }
 
-typedef enum op_kind { OPK_RMSNORM, OPK_L2NORM, OPK_SIGMOID, OPK_SILU_MUL, OPK_MUL_SILU, OPK_MUL_SIGMOID } op_kind;
+typedef enum op_kind {
+    OPK_RMSNORM, OPK_L2NORM, OPK_SIGMOID, OPK_SILU_MUL, OPK_MUL_SILU, OPK_MUL_SIGMOID,
+    OPK_L2NORM_GROUPS, OPK_MUL_SIGMOID_ROWS,
+} op_kind;
 
 typedef struct op_job {
     op_kind kind;
@@ -121,7 +124,11 @@ typedef struct op_job {
     const float *x, *w;   /* rmsnorm: x, w; elementwise: w = g */
     int64_t n, rows;      /* elementwise: rows = 1               */
     float eps;
+    int64_t ldx, ldg;     /* strided kinds: row / group strides   */
+    int64_t per;          /* L2NORM_GROUPS: rows per group        */
 } op_job;
+
+static bool by_rows(op_kind k) { return k == OPK_RMSNORM || k == OPK_L2NORM || k == OPK_L2NORM_GROUPS || k == OPK_MUL_SIGMOID_ROWS; }
 
 /* Rows [r0, r1) (norms) or elements [r0, r1) (elementwise) of one job. */
 static void op_range(const op_job *j, int64_t r0, int64_t r1) {
@@ -156,6 +163,24 @@ static void op_range(const op_job *j, int64_t r0, int64_t r1) {
         else
             for (int64_t i = r0; i < r1; i++) y[i] *= op_silu1(g[i]);
         return;
+    case OPK_L2NORM_GROUPS:
+        for (int64_t gi = r0; gi < r1; gi++) {
+            float *row = y + gi * j->ldx;
+            if (wide(p)) avx512_l2norm(row, j->n, j->per, j->eps);
+            else if (p == CPU_PATH_AVX2) avx2_l2norm(row, j->n, j->per, j->eps);
+            else op_l2norm(row, j->n, j->per, j->eps);
+        }
+        return;
+    case OPK_MUL_SIGMOID_ROWS:
+        for (int64_t ri = r0; ri < r1; ri++) {
+            float *row = y + ri * j->ldx;
+            const float *gr = g + ri * j->ldg;
+            if (wide(p)) avx512_mul_sigmoid(row, gr, j->n);
+            else if (p == CPU_PATH_AVX2) avx2_mul_sigmoid(row, gr, j->n);
+            else
+                for (int64_t i = 0; i < j->n; i++) row[i] *= op_sigmoid1(gr[i]);
+        }
+        return;
     case OPK_MUL_SIGMOID:
         if (wide(p)) avx512_mul_sigmoid(y + r0, g + r0, nr);
         else if (p == CPU_PATH_AVX2) avx2_mul_sigmoid(y + r0, g + r0, nr);
@@ -167,42 +192,54 @@ static void op_range(const op_job *j, int64_t r0, int64_t r1) {
 
 static void op_task(void *ctx, int ith, int nth) {
     const op_job *j = ctx;
-    bool rows = j->kind == OPK_RMSNORM || j->kind == OPK_L2NORM;
+    bool rows = by_rows(j->kind);
     int64_t b, e;
     tp_split(rows ? j->rows : j->n, rows ? 1 : 64, ith, nth, &b, &e);
     if (b < e) op_range(j, b, e);
 }
 
 static void op_run(tp_pool *pool, const op_job *j) {
-    bool rows = j->kind == OPK_RMSNORM || j->kind == OPK_L2NORM;
-    int64_t work = rows ? j->n * j->rows : j->n;
+    bool rows = by_rows(j->kind);
+    int64_t work = rows ? j->n * j->rows * (j->per > 0 ? j->per : 1) : j->n;
     if (work < 65536 || j->path == CPU_PATH_REF) pool = NULL;
     tp_run(pool, op_task, (void *)j);
 }
 
 void op_rmsnorm_ex(cpu_path path, tp_pool *pool, float *y, const float *x, const float *w,
                    int64_t n, int64_t n_rows, float eps) {
-    op_run(pool, &(op_job){OPK_RMSNORM, path, y, x, w, n, n_rows, eps});
+    op_run(pool, &(op_job){.kind = OPK_RMSNORM, .path = path, .y = y, .x = x, .w = w, .n = n, .rows = n_rows, .eps = eps});
 }
 
 void op_l2norm_ex(cpu_path path, tp_pool *pool, float *x, int64_t n, int64_t n_rows, float eps) {
-    op_run(pool, &(op_job){OPK_L2NORM, path, x, NULL, NULL, n, n_rows, eps});
+    op_run(pool, &(op_job){.kind = OPK_L2NORM, .path = path, .y = x, .n = n, .rows = n_rows, .eps = eps});
 }
 
 void op_sigmoid_ex(cpu_path path, tp_pool *pool, float *x, int64_t n) {
-    op_run(pool, &(op_job){OPK_SIGMOID, path, x, NULL, NULL, n, 1, 0});
+    op_run(pool, &(op_job){.kind = OPK_SIGMOID, .path = path, .y = x, .n = n, .rows = 1});
 }
 
 void op_silu_mul_ex(cpu_path path, tp_pool *pool, float *x, const float *g, int64_t n) {
-    op_run(pool, &(op_job){OPK_SILU_MUL, path, x, NULL, g, n, 1, 0});
+    op_run(pool, &(op_job){.kind = OPK_SILU_MUL, .path = path, .y = x, .w = g, .n = n, .rows = 1});
 }
 
 void op_mul_silu_ex(cpu_path path, tp_pool *pool, float *x, const float *g, int64_t n) {
-    op_run(pool, &(op_job){OPK_MUL_SILU, path, x, NULL, g, n, 1, 0});
+    op_run(pool, &(op_job){.kind = OPK_MUL_SILU, .path = path, .y = x, .w = g, .n = n, .rows = 1});
 }
 
 void op_mul_sigmoid_ex(cpu_path path, tp_pool *pool, float *x, const float *g, int64_t n) {
-    op_run(pool, &(op_job){OPK_MUL_SIGMOID, path, x, NULL, g, n, 1, 0});
+    op_run(pool, &(op_job){.kind = OPK_MUL_SIGMOID, .path = path, .y = x, .w = g, .n = n, .rows = 1});
+}
+
+void op_l2norm_groups_ex(cpu_path path, tp_pool *pool, float *x, int64_t n, int64_t per,
+                         int64_t groups, int64_t ld, float eps) {
+    op_run(pool, &(op_job){.kind = OPK_L2NORM_GROUPS, .path = path, .y = x, .n = n, .rows = groups,
+                           .eps = eps, .ldx = ld, .per = per});
+}
+
+void op_mul_sigmoid_rows_ex(cpu_path path, tp_pool *pool, float *x, int64_t ldx, const float *g,
+                            int64_t ldg, int64_t n, int64_t rows) {
+    op_run(pool, &(op_job){.kind = OPK_MUL_SIGMOID_ROWS, .path = path, .y = x, .w = g, .n = n,
+                           .rows = rows, .ldx = ldx, .ldg = ldg});
 }
 
 void op_exp_ex(cpu_path path, const float *x, float *y, int64_t n) {

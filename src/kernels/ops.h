@@ -70,6 +70,13 @@ void op_silu_mul_ex(cpu_path path, tp_pool *pool, float *x, const float *g, int6
 void op_mul_silu_ex(cpu_path path, tp_pool *pool, float *x, const float *g, int64_t n); /* x·silu(g) */
 void op_mul_sigmoid_ex(cpu_path path, tp_pool *pool, float *x, const float *g, int64_t n); /* x·σ(g) */
 void op_exp_ex(cpu_path path, const float *x, float *y, int64_t n);      /* y = e^x      */
+/* op_l2norm_ex on `per` rows of n at x + g·ld, for each group g < groups
+ * (per-head norms inside wider token rows). */
+void op_l2norm_groups_ex(cpu_path path, tp_pool *pool, float *x, int64_t n, int64_t per,
+                         int64_t groups, int64_t ld, float eps);
+/* x[r·ldx + i] *= σ(g[r·ldg + i]) for r < rows, i < n. */
+void op_mul_sigmoid_rows_ex(cpu_path path, tp_pool *pool, float *x, int64_t ldx, const float *g,
+                            int64_t ldg, int64_t n, int64_t rows);
 
 /* out[t][0..w->in) = row ids[t] of w (an embedding table [V][E]).  Every
  * id must be in [0, w->out): the caller validates. */

@@ -166,9 +166,13 @@ INLINE T256 __m256 exp8(__m256 x) {
     return _mm256_andnot_ps(tiny, y);
 }
 
+/* 1 / (1 + e^−x): a 12-bit reciprocal and two Newton steps. */
 INLINE T256 __m256 sigmoid8(__m256 x) {
     __m256 one = _mm256_set1_ps(1.0f);
-    return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+    __m256 d = _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x)));
+    __m256 r = _mm256_rcp_ps(d);
+    r = _mm256_fmadd_ps(r, _mm256_fnmadd_ps(d, r, one), r);
+    return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(d, r, one), r);
 }
 
 #define AVX2_MAP(body)                                                                          \

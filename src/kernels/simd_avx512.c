@@ -567,9 +567,13 @@ INLINE T512 __m512 exp16(__m512 x) {
     return _mm512_scalef_ps(y, n);
 }
 
+/* 1 / (1 + e^−x): a 14-bit reciprocal and one Newton step (a division
+ * costs as much as the rest of the function). */
 INLINE T512 __m512 sigmoid16(__m512 x) {
     __m512 one = _mm512_set1_ps(1.0f);
-    return _mm512_div_ps(one, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+    __m512 d = _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x)));
+    __m512 r = _mm512_rcp14_ps(d);
+    return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, one), r);
 }
 
 T512 void avx512_exp(const float *x, float *y, int64_t n) {

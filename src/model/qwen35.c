@@ -638,7 +638,7 @@ static void deltanet_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35
     gdn_conv_shift(r->hist, T, cd, K);
 
     /* 3. q, k L2-normalised per head */
-    for (int64_t t = 0; t < T; t++) op_l2norm_ex(path, NULL, r->conv + t * cd, Dk, 2 * Hk, c->rms_eps);
+    op_l2norm_groups_ex(path, pool, r->conv, Dk, 2 * Hk, T, cd, c->rms_eps);
 
     /* 4. gated delta rule */
     for (int i = 0; i < r->n_segs; i++) deltanet_rule_segment(c, r, pool, il, c0, &r->seg[i]);
@@ -697,10 +697,7 @@ static void attention_chunk(const qwen35_config *c, const qwen35_layer *l, qwen3
     }
 
     /* 5. mix = (attn ⊙ sigmoid(gate))·Wo */
-    for (int64_t t = 0; t < T; t++)
-        for (int hh = 0; hh < H; hh++) {
-            op_mul_sigmoid_ex(path, NULL, r->o + (t * H + hh) * D, r->qg + (t * H + hh) * 2 * D + D, D);
-        }
+    op_mul_sigmoid_rows_ex(path, pool, r->o, D, r->qg + D, 2 * D, D, T * H);
     run_mm(r, pool, &l->attn_output, r->o, r->mix, T);
 }
 
