@@ -312,6 +312,25 @@ static void k_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
     }
 }
 
+void mm_kquant_scales(uint32_t type, const uint8_t *b, float *s, float *m) {
+    if (type == CLEF_DTYPE_Q6_K) {
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float d = f16_at(b + 208);
+        for (int g = 0; g < 16; g++) {
+            s[g] = d * (float)sc[g];
+            m[g] = -32.0f * s[g];
+        }
+        return;
+    }
+    float d = f16_at(b), dmin = f16_at(b + 2);
+    for (int j = 0; j < 8; j++) {
+        int scv, mnv;
+        k_scale_min(b + 4, j, &scv, &mnv);
+        s[j] = d * (float)scv;
+        m[j] = -dmin * (float)mnv;
+    }
+}
+
 /* One 256-element K-quant block into q[256], s/m per sub-block. */
 static void unpack_q4k(const uint8_t *b, bool five, uint8_t *q, float *s, float *m) {
     float d = f16_at(b), dmin = f16_at(b + 2);

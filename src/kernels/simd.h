@@ -132,4 +132,8 @@ void mm_round_bf16(const float *x, int64_t n, float *dst);
 void mm_unpack_i8_row(const mm_i8_kind *kind, const mm_weight *w, int64_t r, int64_t k0,
                       int64_t kc, uint8_t *q, float *s, float *m);
 
+/* The per-block s and m of one 256-element Q4_K / Q5_K (8 blocks of 32) or
+ * Q6_K (16 blocks of 16) block at b. */
+void mm_kquant_scales(uint32_t type, const uint8_t *b, float *s, float *m);
+
 #endif

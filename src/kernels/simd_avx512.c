@@ -509,6 +509,117 @@ T512 static void pack_q8_0(const mm_weight *w, int64_t r0, int64_t np, int64_t k
     }
 }
 
+/* 16 rows' next 32 quants (unsigned bytes, k consecutive) into the group
+ * layout: one block of 32 (bk 32) or two of 16 (bk 16) starting at block
+ * b; sg: which 16 rows of the 48. */
+INLINE T512 void store_rows32(const __m256i r[16], int bk, uint8_t *gp, size_t bbytes, int64_t b, int sg) {
+    __m512i c[8];
+    transpose16x8(r, c);
+    for (int i = 0; i < 8; i++) {
+        int64_t blk = b + i / (bk / 4);
+        int kq = i % (bk / 4);
+        _mm512_store_si512(gp + blk * bbytes + kq * 192 + sg * 64, c[i]);
+    }
+}
+
+/* Q4_K / Q5_K / Q6_K panel, 16 rows at a time.  Per 256-element block of
+ * every row the scales are decoded by mm_unpack_i8_row's rules (scalar, per
+ * sub-block) and the quants are built 32 at a time with byte masks and
+ * shifts, then transposed like Q8_0's. */
+T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+                             int64_t k0, int64_t kc, uint8_t *dst) {
+    const int bk = kind->bk;
+    const int64_t nsb = kc / 256, nblk = kc / bk, groups = (np + IG - 1) / IG;
+    const size_t bbytes = (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
+    const size_t tsz = w->type == CLEF_DTYPE_Q4_K ? 144 : w->type == CLEF_DTYPE_Q5_K ? 176 : 210;
+    const __m256i lo4 = _mm256_set1_epi8(0x0f), three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    for (int64_t g = 0; g < groups; g++) {
+        uint8_t *gp = dst + g * nblk * bbytes;
+        for (int sg = 0; sg < IG / 16; sg++) {
+            const uint8_t *rows[16];
+            for (int i = 0; i < 16; i++) {
+                int64_t row = g * IG + sg * 16 + i;
+                rows[i] = row < np ? (const uint8_t *)w->data + (size_t)(r0 + row) * w->row_bytes +
+                                         (size_t)(k0 / 256) * tsz
+                                   : NULL;
+            }
+            for (int64_t sb = 0; sb < nsb; sb++) {
+                const int64_t b0 = sb * (256 / bk); /* first weight block of this super-block */
+                /* scales: the portable decoder, on one 256-block per row */
+                for (int i = 0; i < 16; i++) {
+                    float sv[16], mv[16];
+                    if (rows[i]) {
+                        mm_kquant_scales(w->type, rows[i] + sb * tsz, sv, mv);
+                    } else {
+                        memset(sv, 0, sizeof sv);
+                        memset(mv, 0, sizeof mv);
+                    }
+                    for (int j = 0; j < 256 / bk; j++) {
+                        float *sp = (float *)(gp + (b0 + j) * bbytes + bk * IG);
+                        sp[sg * 16 + i] = sv[j];
+                        sp[IG + sg * 16 + i] = mv[j];
+                    }
+                }
+                __m256i r[16];
+                if (w->type != CLEF_DTYPE_Q6_K) {
+                    const bool five = w->type == CLEF_DTYPE_Q5_K;
+                    for (int k = 0; k < 4; k++) {
+                        __m256i hi[16];
+                        for (int i = 0; i < 16; i++) {
+                            if (!rows[i]) {
+                                r[i] = hi[i] = _mm256_setzero_si256();
+                                continue;
+                            }
+                            const uint8_t *blk = rows[i] + sb * tsz;
+                            __m256i v = _mm256_loadu_si256((const __m256i *)(blk + (five ? 48 : 16) + 32 * k));
+                            r[i] = _mm256_and_si256(v, lo4);
+                            hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+                            if (five) {
+                                __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+                                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one);
+                                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one);
+                                r[i] = _mm256_or_si256(r[i], _mm256_slli_epi16(h0, 4));
+                                hi[i] = _mm256_or_si256(hi[i], _mm256_slli_epi16(h1, 4));
+                            }
+                        }
+                        store_rows32(r, bk, gp, bbytes, b0 + 2 * k, sg);
+                        store_rows32(hi, bk, gp, bbytes, b0 + 2 * k + 1, sg);
+                    }
+                } else {
+                    /* Q6_K: per half of 128, four runs of 32 (= two 16-blocks each) */
+                    for (int half = 0; half < 2; half++) {
+                        __m256i q1[16], q2[16], q3[16];
+                        for (int i = 0; i < 16; i++) {
+                            if (!rows[i]) {
+                                r[i] = q1[i] = q2[i] = q3[i] = _mm256_setzero_si256();
+                                continue;
+                            }
+                            const uint8_t *blk = rows[i] + sb * tsz;
+                            const uint8_t *ql = blk + 64 * half, *qh = blk + 128 + 32 * half;
+                            __m256i a = _mm256_loadu_si256((const __m256i *)ql);
+                            __m256i c = _mm256_loadu_si256((const __m256i *)(ql + 32));
+                            __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+                            __m256i h0 = _mm256_and_si256(h, three);
+                            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(h, 2), three);
+                            __m256i h2 = _mm256_and_si256(_mm256_srli_epi16(h, 4), three);
+                            __m256i h3 = _mm256_and_si256(_mm256_srli_epi16(h, 6), three);
+                            r[i] = _mm256_or_si256(_mm256_and_si256(a, lo4), _mm256_slli_epi16(h0, 4));
+                            q1[i] = _mm256_or_si256(_mm256_and_si256(c, lo4), _mm256_slli_epi16(h1, 4));
+                            q2[i] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), lo4), _mm256_slli_epi16(h2, 4));
+                            q3[i] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), lo4), _mm256_slli_epi16(h3, 4));
+                        }
+                        const int64_t hb = b0 + 8 * half; /* 16-blocks of this half */
+                        store_rows32(r, bk, gp, bbytes, hb + 0, sg);
+                        store_rows32(q1, bk, gp, bbytes, hb + 2, sg);
+                        store_rows32(q2, bk, gp, bbytes, hb + 4, sg);
+                        store_rows32(q3, bk, gp, bbytes, hb + 6, sg);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* Interleave rows into groups: row r's dword kq of block b goes to
  * group + b·block_bytes + kq·192 + (r % 48)·4; then s and m. */
 T512 void avx512_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
@@ -516,6 +627,10 @@ T512 void avx512_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0,
     enum { MAXK = 1024 };
     if (w->type == CLEF_DTYPE_Q8_0) {
         pack_q8_0(w, r0, np, k0, kc, dst);
+        return;
+    }
+    if (w->type == CLEF_DTYPE_Q4_K || w->type == CLEF_DTYPE_Q5_K || w->type == CLEF_DTYPE_Q6_K) {
+        pack_kquant(kind, w, r0, np, k0, kc, dst);
         return;
     }
     const int bk = kind->bk;
