@@ -14,6 +14,7 @@
  *          `variants.Q8_0.llama_cpp` ≤ 0.2 / 0.05;  others (f32 activations):
  *          vs `variants.Q8_0.dequantized_f64` ≤ 1e-4 / 2e-5
  * Probabilities are the float64 softmax of the explain logits per question.
+ * Also `clef bench --json`'s fields and their consistency (not its speed).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -271,12 +272,64 @@ static void test_forced_path_refusals(void **state) {
     clef_model_free(m);
 }
 
+/* `clef bench --json`: one object per prompt size with the documented
+ * fields, consistent with each other (no speed is asserted). */
+static void test_bench_cli(void **state) {
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "CLEF_CPU=ref %s bench -m " TINY "clef-tiny-a-BF16.gguf -p 7,40 -t 2 -r 2 --json "
+             "--peak-seconds 0.05", tu_clef_bin());
+    int status;
+    char *out = tu_run(cmd, &status);
+    assert_int_equal(status, 0);
+    int lines = 0;
+    const int64_t sizes[] = {7, 40};
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"), lines++) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        if (!o) fail_msg("not JSON: %s", line);
+        assert_true(lines < 2);
+        assert_int_equal(json_integer_value(json_object_get(o, "n_tokens")), sizes[lines]);
+        assert_int_equal(json_integer_value(json_object_get(o, "threads")), 2);
+        assert_string_equal(json_string_value(json_object_get(o, "weight_type")), "BF16");
+        assert_string_equal(json_string_value(json_object_get(o, "kernels")), "ref");
+        assert_string_equal(json_string_value(json_object_get(o, "precision")), "f32");
+        double tps = json_number_value(json_object_get(o, "tokens_per_second"));
+        double sec = json_number_value(json_object_get(o, "seconds"));
+        double gf = json_number_value(json_object_get(o, "gflops")), peak = json_number_value(json_object_get(o, "peak_gflops"));
+        assert_true(tps > 0 && sec > 0 && gf > 0 && peak > 0);
+        assert_true(fabs(tps * sec - (double)sizes[lines]) < 1e-3 * (double)sizes[lines]);
+        assert_true(fabs(json_number_value(json_object_get(o, "peak_fraction")) - gf / peak) < 1e-3);
+        assert_true(json_integer_value(json_object_get(o, "peak_rss_bytes")) > 0);
+        const json_t *st = json_object_get(o, "stage_seconds");
+        double sum = 0;
+        const char *keys[] = {"matmul", "attention", "delta_rule", "other", "head"};
+        for (int k = 0; k < 5; k++) {
+            assert_true(json_is_number(json_object_get(st, keys[k])));
+            sum += json_number_value(json_object_get(st, keys[k]));
+        }
+        assert_true(fabs(sum - sec) < 1e-5 + 1e-3 * sec);
+        /* matmul FLOPs from the shapes: 2·in·out per token over the layer matrices */
+        const json_t *fl = json_object_get(o, "flop");
+        assert_true(json_number_value(json_object_get(fl, "matmul")) > 0);
+        json_decref(o);
+    }
+    assert_int_equal(lines, 2);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s bench -m " TINY "clef-tiny-a-BF16.gguf -p 12,abc 2>&1", tu_clef_bin());
+    out = tu_run(cmd, &status);
+    assert_int_equal(status, 2);
+    assert_non_null(strstr(out, "abc"));
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forced_path_refusals),
         cmocka_unit_test(test_f32_file),
         cmocka_unit_test(test_bf16_file),
         cmocka_unit_test(test_q8_0_file),
+        cmocka_unit_test(test_bench_cli),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -185,20 +185,33 @@ static clef_status bench_size(clef_model *m, const clef_model_info *info, const 
     return st;
 }
 
+/* s as a JSON string (quotes, backslashes and control characters escaped). */
+static void put_json_string(const char *s) {
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+    }
+    putchar('"');
+}
+
 static double flops_of(const clef_forward_stats *s) { return s->matmul_flop + s->attention_flop + s->delta_flop; }
 
 static void print_json(const bench_opts *o, const clef_model_info *info, double peak, const bench_row *r) {
     const clef_forward_stats *s = &r->st;
     double other = s->total_s - s->matmul_s - s->attention_s - s->delta_s - s->head_s;
     double gf = flops_of(s) / s->total_s / 1e9, mgf = s->matmul_s > 0 ? s->matmul_flop / s->matmul_s / 1e9 : 0;
-    printf("{\"model\":\"%s\",\"n_tokens\":%lld,\"threads\":%d,\"weight_type\":\"%s\",\"kernels\":\"%s\","
-           "\"precision\":\"%s\",\"repeats\":%d,\"seconds\":%.6f,\"best_seconds\":%.6f,"
+    printf("{\"model\":");
+    put_json_string(o->model);
+    printf(",\"n_tokens\":%lld,\"threads\":%d,\"weight_type\":\"%s\",\"kernels\":\"%s\","
+           "\"precision\":\"%s\",\"repeats\":%d,\"seconds\":%.9g,\"best_seconds\":%.9g,"
            "\"tokens_per_second\":%.3f,\"gflops\":%.3f,\"peak_gflops\":%.3f,\"peak_fraction\":%.4f,"
            "\"matmul_gflops\":%.3f,\"matmul_peak_fraction\":%.4f,"
-           "\"stage_seconds\":{\"matmul\":%.6f,\"attention\":%.6f,\"delta_rule\":%.6f,\"other\":%.6f,"
-           "\"head\":%.6f},\"flop\":{\"matmul\":%.0f,\"attention\":%.0f,\"delta_rule\":%.0f},"
+           "\"stage_seconds\":{\"matmul\":%.9g,\"attention\":%.9g,\"delta_rule\":%.9g,\"other\":%.9g,"
+           "\"head\":%.9g},\"flop\":{\"matmul\":%.0f,\"attention\":%.0f,\"delta_rule\":%.0f},"
            "\"peak_rss_bytes\":%llu}\n",
-           o->model, (long long)r->n, info->n_threads, info->weight_type, info->kernels, info->precision,
+           (long long)r->n, info->n_threads, info->weight_type, info->kernels, info->precision,
            o->repeats, s->total_s, r->best_s, (double)r->n / s->total_s, gf, peak, gf / peak, mgf,
            mgf / peak, s->matmul_s, s->attention_s, s->delta_s, other, s->head_s, s->matmul_flop,
            s->attention_flop, s->delta_flop, (unsigned long long)peak_rss_bytes());
