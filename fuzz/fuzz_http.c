@@ -17,8 +17,11 @@
  * so a server that stops answering shows up as a failed check or a
  * libFuzzer timeout, not a hang.
  *
- * Checked: whatever comes back starts with an HTTP/1.x status line, and
- * every answer from the server's own code carries x-typesafe-request-id.
+ * Checked: whatever comes back starts with an HTTP/1.x status line, every
+ * answer from the server's own code carries x-typesafe-request-id, and after
+ * the client has closed the server lets go of the connection within
+ * FUZZ_RELEASE_MS (less than the idle timeout; counted as this process's
+ * open sockets), so aborted requests cannot use up max_connections.
  * Crashes, leaks and races in server threads are what ASan reports.
  */
 #include <arpa/inet.h>
@@ -31,7 +34,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,12 +48,14 @@
 
 #define FUZZ_IO_TIMEOUT_S 5
 #define FUZZ_IDLE_MS 6           /* quiet time that ends an input           */
+#define FUZZ_RELEASE_MS 3000     /* longest the server may hold a closed connection */
 #define FUZZ_RESP_MAX (1 << 20)
 
 static clef_model *g_model;
 static srv_keys g_keys;
 static srv_server *g_srv;
 static int g_port;
+static int g_base_sockets;      /* sockets open with the server idle (its listener) */
 static const char *const g_names[] = {"clef-tiny-a"};
 static atomic_int g_deciding;   /* decisions running now (worker thread) */
 
@@ -70,6 +77,21 @@ static void stop_server(void) {
     srv_free(g_srv);
     srv_keys_free(&g_keys);
     clef_model_free(g_model);
+}
+
+/* Sockets open in this process (the server's connections, its listener and
+ * ours): what to look at when the server stops accepting. */
+static int count_sockets(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISSOCK(st.st_mode)) n++;
+    }
+    closedir(d);
+    return n;
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -103,6 +125,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     kept = cfg;
     if (srv_start(&kept, &backend, &g_srv, &err) != CLEF_OK) FUZZ_SETUP_FAIL("%s", err.message);
     g_port = srv_port(g_srv);
+    g_base_sockets = count_sockets();
     atexit(stop_server);
     return 0;
 }
@@ -116,7 +139,9 @@ static int connect_local(void) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        int e = errno;
         close(fd);
+        errno = e;
         return -1;
     }
     return fd;
@@ -191,12 +216,28 @@ static void check_responses(const char *buf, size_t len) {
                    "JSON answer without a request id: %.*s", (int)(end - buf), buf);
 }
 
+/* Once the client has gone, the server must let go of the connection: a
+ * connection it keeps forever takes one of max_connections for good. */
+static void check_released(void) {
+    double until = now_ms() + FUZZ_RELEASE_MS;
+    int n;
+    while ((n = count_sockets()) > g_base_sockets && now_ms() < until) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    FUZZ_CHECK(n <= g_base_sockets, "the server still holds %d connection(s) %d ms after "
+               "the client closed", n - g_base_sockets, FUZZ_RELEASE_MS);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int fd = connect_local();
-    FUZZ_CHECK(fd >= 0, "cannot connect to the server on 127.0.0.1:%d", g_port);
+    FUZZ_CHECK(fd >= 0, "cannot connect to the server on 127.0.0.1:%d within %d s (%s); "
+               "%d sockets open in this process", g_port, FUZZ_IO_TIMEOUT_S, strerror(errno),
+               count_sockets());
     send_all(fd, data, size);
     if (size % 8 == 7) { /* the client leaves at once */
         close(fd);
+        check_released();
         return 0;
     }
     size_t len = 0;
@@ -204,5 +245,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     close(fd);
     check_responses(buf, len);
     free(buf);
+    check_released();
     return 0;
 }

@@ -789,7 +789,10 @@ static clef_status check_config(const srv_config *c, clef_error *err) {
 
 static clef_status start_daemon(srv_server *s, clef_error *err) {
     const srv_config *c = &s->cfg;
-    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    /* poll, not AUTO (= epoll on Linux): libmicrohttpd 0.9.75's epoll loop can
+     * miss the FIN of a client that leaves mid-request, which then holds its
+     * connection until a timeout (tests/test_regress_server.c). */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     struct MHD_OptionItem opts[] = {
         {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, s},   /* first, or MHD complains */
         {MHD_OPTION_LISTEN_SOCKET, s->listen_fd, NULL},
