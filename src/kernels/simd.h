@@ -13,8 +13,10 @@
  *              tile of 6 tokens x 4 rows, 16 (f32) or 32 (bf16) k per step,
  *              one horizontal sum per output at the end.  Weights are read
  *              in their stored layout (F32, BF16) or dequantized to f32 rows.
- *   broadcast form  C[i][n..n+48) += A(i,k)·B[k][n..n+48): 8 x 48 f32 tile
- *              (avx512), 4 x 48 int8 tile on packed weight panels (VNNI).
+ *   broadcast form  C[i][n..n+48) += A(i,k)·B[k][n..n+48): 8 x 48 or 6 x 64
+ *              f32 tiles (avx512), 4 x 48 int8 tile on packed weight panels
+ *              (VNNI; there one explicit broadcast feeds three vpdpbusd, as
+ *              {1to16} operands would make the load ports the limit).
  *
  * Packed I8 panel (built per call from the stored blocks, in a per-thread
  * buffer: no second copy of the model is kept).  Per group of 48 rows and
