@@ -8,7 +8,9 @@
  * every time (tens of microseconds) would cost several percent: idle workers
  * first spin on the counter for a while (TP_SPIN rounds of `pause`, about a
  * millisecond) and only then sleep on `start`; the caller spins on `pending`
- * (yielding now and then, which keeps an oversubscribed machine moving).
+ * (yielding now and then).  With more threads than CPUs spinning only steals
+ * time from the threads that have work, so workers then sleep at once and
+ * the caller yields on every check.
  * Lost wake-ups are impossible: a worker going to sleep registers in
  * `sleeping` and re-reads the generation under the lock; tp_run bumps the
  * generation before reading `sleeping` (both sequentially consistent), so at
@@ -51,13 +53,15 @@ struct tp_pool {
     atomic_int pending;         /* workers still running the current job    */
     atomic_int sleeping;        /* workers asleep (or about to) on `start`  */
     atomic_int stop;
+    int spin;                   /* rounds idle workers spin: TP_SPIN, or 0 when
+                                 * there are more threads than CPUs          */
     tp_fn fn;                   /* written before the generation bump       */
     void *ctx;
 };
 
 /* Wait until the generation differs from `seen` (or stop); returns it. */
 static uint64_t tp_wait_job(tp_pool *p, uint64_t seen) {
-    for (int i = 0; i < TP_SPIN; i++) {
+    for (int i = 0; i < p->spin; i++) {
         uint64_t g = atomic_load(&p->generation);
         if (g != seen || atomic_load(&p->stop)) return g;
         cpu_relax();
@@ -96,6 +100,7 @@ clef_status tp_create(int n_threads, tp_pool **out, clef_error *err) {
     tp_pool *p = calloc(1, sizeof *p);
     if (!p) return clef_err_set(err, CLEF_ERR_NOMEM, "thread pool: out of memory");
     p->n_threads = n_threads;
+    p->spin = n_threads <= tp_default_threads() ? TP_SPIN : 0;
     pthread_mutex_init(&p->run_lock, NULL);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->start, NULL);
@@ -155,7 +160,7 @@ void tp_run(tp_pool *p, tp_fn fn, void *ctx) {
     fn(ctx, 0, p->n_threads);
 
     for (unsigned spins = 1; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
-        if (spins % 1024 == 0) sched_yield();
+        if (!p->spin || spins % 1024 == 0) sched_yield();
         else cpu_relax();
     }
     pthread_mutex_unlock(&p->run_lock);
