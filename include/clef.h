@@ -224,7 +224,9 @@ void clef_model_get_info(const clef_model *model, clef_model_info *info);
 /* Where one forward's time went: wall seconds by stage (the rest of total_s
  * is norms, activations, rotary, copies: "other") and FLOPs counted from the
  * shapes (matmuls 2·in·out per token; attention 4·D·H per query and visible
- * key; delta rule 7·Dk·Dv·Hv per token). */
+ * key; delta rule 7·Dk·Dv·Hv per token).  head_s: the final norm, plus, for
+ * a model with a decision head and a prompt of >= 64 tokens, one scoring of
+ * four synthetic questions (14 options) over it. */
 typedef struct clef_forward_stats {
     double total_s, matmul_s, attention_s, delta_s, head_s;
     double matmul_flop, attention_flop, delta_flop;

@@ -7,8 +7,10 @@
  * tokens / wall second; achieved GFLOP/s counts the FLOPs of the shapes
  * (clef.h: matmuls, attention, delta rule); the peak is measured here, on
  * the model's threads, with a register-resident loop of the instruction the
- * model's largest matrices use.  Peak RSS is getrusage's high-water mark of
- * the whole process (mapped weights that were touched count).
+ * model's largest matrices use.  "head" is the final norm plus, for a model
+ * with a decision head, one scoring of four synthetic questions.  Peak RSS
+ * is getrusage's high-water mark of the whole process (mapped weights that
+ * were touched count).
  */
 #include <errno.h>
 #include <stdint.h>

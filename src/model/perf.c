@@ -4,9 +4,11 @@
  * machine's peak for the model's kernels.  `clef bench` is built on these.
  */
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "kernels/peak.h"
+#include "model/head.h"
 #include "model/model.h"
 
 /* The largest layer matrix: its precision names the model's. */
@@ -39,6 +41,37 @@ void clef_model_get_info(const clef_model *m, clef_model_info *info) {
     info->matrix_params = b->matrix_params;
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One scoring by the decision head of four synthetic questions (noul,
+ * choice of 4, score of 5, choice of 3: 14 options) whose spans sit in the
+ * last 64 tokens: what a System One request adds to a prefill. */
+static clef_status time_head(clef_model *m, const int32_t *ids, int64_t n, const float *hidden,
+                             double *seconds, clef_error *err) {
+    head_rows rows;
+    clef_status st = head_rows_from_file(m->gguf, model_n_embd(m), &rows, err);
+    if (st != CLEF_OK) return st;
+    const int types[4] = {HEAD_TYPE_NOUL, HEAD_TYPE_CHOICE, HEAD_TYPE_SCORE, HEAD_TYPE_CHOICE};
+    const int n_opts[4] = {2, 4, 5, 3};
+    head_span spans[4][5];
+    head_question qs[4];
+    const int32_t base = (int32_t)n - 64;
+    for (int q = 0; q < 4; q++) {
+        int32_t s0 = base + 16 * q;
+        for (int o = 0; o < n_opts[q]; o++) spans[q][o] = (head_span){s0 + 4 + 2 * o, s0 + 6 + 2 * o};
+        qs[q] = (head_question){types[q], {s0, s0 + 4}, n_opts[q], spans[q]};
+    }
+    float logits[14];
+    double t0 = now_s();
+    st = head_score_pool(m->head, m->pool, &rows, hidden, ids, (int)n, qs, 4, logits, err);
+    *seconds = now_s() - t0;
+    return st;
+}
+
 clef_status clef_forward_profiled(clef_model *m, const int32_t *ids, size_t n, float *hidden,
                                   clef_forward_stats *stats, clef_error *err) {
     if (!m || !ids || !hidden || !stats)
@@ -49,6 +82,12 @@ clef_status clef_forward_profiled(clef_model *m, const int32_t *ids, size_t n, f
     clef_status s = qwen35_forward_stats(&m->backbone, m->pool, &seq, NULL, 1, 0, &st, err);
     *stats = (clef_forward_stats){st.total_s, st.matmul_s, st.attention_s, st.delta_s, st.head_s,
                                   st.matmul_flop, st.attention_flop, st.delta_flop};
+    if (s == CLEF_OK && m->head && n >= 64) {
+        double hs = 0.0;
+        s = time_head(m, ids, (int64_t)n, hidden, &hs, err);
+        stats->head_s += hs;
+        stats->total_s += hs;
+    }
     return s;
 }
 
