@@ -113,6 +113,7 @@ start_slowloris() {   # n
   done
 }
 
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 rows=()
 scenario() {   # name connections body(or "") close(0/1) [server flags...]
   local name=$1 conns=$2 body=$3 close=$4
@@ -145,13 +146,14 @@ scenario "noul_basic, connection per request" 16 "$work/noul.json" 1
 scenario "mixed_three_spec_example (3 questions)" 16 "$work/mixed.json" 0
 scenario "eight_questions" 16 "$work/eight.json" 0
 scenario "state cut to -c 2048 (66 KB body)" 4 "$work/long.json" 0 -c 2048
-scenario "422 refusal (bad shape)" 16 "$work/invalid.json" 0
-scenario "413 (70 KB body over --max-body 64K)" 16 "$work/big.bin" 0 --max-body 64K
+scenario "bad shape (every answer 422)" 16 "$work/invalid.json" 0
+scenario "70 KB body over --max-body 64K (every answer 413)" 16 "$work/big.bin" 0 --max-body 64K
 scenario "noul_basic + 64 slowloris clients" 16 "$work/noul.json" 0 --slowloris 64 --header-timeout 5
 
 {
   echo "clef serve on $(basename "$model"), $cores cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')),"
-  echo "server flags: $serve_args; wrk $wrk_threads threads, ${duration}s per scenario"
+  echo "server flags: $serve_args; wrk $wrk_threads threads, ${duration}s per scenario;"
+  echo "load average before the run: $load0"
   echo
   echo "| scenario | conns | requests | req/s | p50 ms | p95 ms | p99 ms | non-2xx | socket errors | peak RSS MiB |"
   echo "|---|---|---|---|---|---|---|---|---|---|"
