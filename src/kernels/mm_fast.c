@@ -2,7 +2,7 @@
  * kernels/mm_fast.c — the fast matmul paths: choosing a kernel per weight
  * type and target (a "plan"), the workspace, the threaded loop over weight
  * panels, and the portable helpers the ISA kernels use (row dequantization,
- * BF16 rounding, unpacking quant blocks to unsigned int8).
+ * BF16 rounding, K-quant block scales).
  *
  * Loop (threads take panels of NP output rows from a shared counter):
  *   for each panel of NP rows:  for each k block of KC:
@@ -328,66 +328,5 @@ void mm_kquant_scales(uint32_t type, const uint8_t *b, float *s, float *m) {
         k_scale_min(b + 4, j, &scv, &mnv);
         s[j] = d * (float)scv;
         m[j] = -dmin * (float)mnv;
-    }
-}
-
-/* One 256-element K-quant block into q[256], s/m per sub-block. */
-static void unpack_q4k(const uint8_t *b, bool five, uint8_t *q, float *s, float *m) {
-    float d = f16_at(b), dmin = f16_at(b + 2);
-    const uint8_t *sc = b + 4, *qh = b + 16, *qs = five ? b + 48 : b + 16;
-    for (int k = 0; k < 4; k++, qs += 32) {
-        for (int h = 0; h < 2; h++) {
-            int j = 2 * k + h, scv, mnv;
-            k_scale_min(sc, j, &scv, &mnv);
-            s[j] = d * (float)scv;
-            m[j] = -dmin * (float)mnv;
-            for (int l = 0; l < 32; l++) {
-                int v = h ? qs[l] >> 4 : qs[l] & 0xf;
-                if (five) v |= ((qh[l] >> j) & 1) << 4;
-                q[64 * k + 32 * h + l] = (uint8_t)v;
-            }
-        }
-    }
-}
-
-static void unpack_q6k(const uint8_t *b, uint8_t *q, float *s, float *m) {
-    const uint8_t *ql = b, *qh = b + 128;
-    const int8_t *sc = (const int8_t *)(b + 192);
-    float d = f16_at(b + 208);
-    for (int g = 0; g < 16; g++) {
-        s[g] = d * (float)sc[g];
-        m[g] = -32.0f * s[g];
-    }
-    for (int half = 0; half < 2; half++, ql += 64, qh += 32, q += 128) {
-        for (int l = 0; l < 32; l++) {
-            q[l] = (uint8_t)((ql[l] & 0xf) | ((qh[l] >> 0) & 3) << 4);
-            q[l + 32] = (uint8_t)((ql[l + 32] & 0xf) | ((qh[l] >> 2) & 3) << 4);
-            q[l + 64] = (uint8_t)((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4);
-            q[l + 96] = (uint8_t)((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4);
-        }
-    }
-}
-
-void mm_unpack_i8_row(const mm_i8_kind *kind, const mm_weight *w, int64_t r, int64_t k0,
-                      int64_t kc, uint8_t *q, float *s, float *m) {
-    const clef_dtype_info *info = clef_dtype_get(w->type);
-    const uint8_t *b = (const uint8_t *)w->data + (size_t)r * w->row_bytes +
-                       (size_t)(k0 / info->block_size) * info->type_size;
-    const int64_t nblocks = kc / info->block_size;
-    const int per = (int)info->block_size / kind->bk; /* weight blocks per stored block */
-    for (int64_t i = 0; i < nblocks; i++, b += info->type_size) {
-        uint8_t *qi = q + i * info->block_size;
-        float *si = s + i * per, *mi = m + i * per;
-        switch (w->type) {
-        case CLEF_DTYPE_Q8_0:
-            si[0] = f16_at(b);
-            mi[0] = -128.0f * si[0];
-            for (int l = 0; l < 32; l++) qi[l] = (uint8_t)(b[2 + l] ^ 0x80u);
-            break;
-        case CLEF_DTYPE_Q4_K: unpack_q4k(b, false, qi, si, mi); break;
-        case CLEF_DTYPE_Q5_K: unpack_q4k(b, true, qi, si, mi); break;
-        case CLEF_DTYPE_Q6_K: unpack_q6k(b, qi, si, mi); break;
-        default: break;
-        }
     }
 }

@@ -524,7 +524,7 @@ INLINE T512 void store_rows32(const __m256i r[16], int bk, uint8_t *gp, size_t b
 }
 
 /* Q4_K / Q5_K / Q6_K panel, 16 rows at a time.  Per 256-element block of
- * every row the scales are decoded by mm_unpack_i8_row's rules (scalar, per
+ * every row the scales are decoded by mm_kquant_scales (scalar, per
  * sub-block) and the quants are built 32 at a time with byte masks and
  * shifts, then transposed like Q8_0's. */
 T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
@@ -621,46 +621,11 @@ T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t
     }
 }
 
-/* Interleave rows into groups: row r's dword kq of block b goes to
- * group + b·block_bytes + kq·192 + (r % 48)·4; then s and m. */
+/* The panel packers by type (is_i8_type in mm_fast.c admits exactly these). */
 T512 void avx512_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                          int64_t k0, int64_t kc, uint8_t *dst) {
-    enum { MAXK = 1024 };
-    if (w->type == CLEF_DTYPE_Q8_0) {
-        pack_q8_0(w, r0, np, k0, kc, dst);
-        return;
-    }
-    if (w->type == CLEF_DTYPE_Q4_K || w->type == CLEF_DTYPE_Q5_K || w->type == CLEF_DTYPE_Q6_K) {
-        pack_kquant(kind, w, r0, np, k0, kc, dst);
-        return;
-    }
-    const int bk = kind->bk;
-    const int64_t nblk = kc / bk;
-    const size_t bbytes = (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
-    const size_t gbytes = mm_i8_group_bytes(kind, kc);
-    const int64_t groups = (np + IG - 1) / IG;
-    uint8_t q[MAXK];
-    float s[MAXK / 16], m[MAXK / 16];
-    for (int64_t g = 0; g < groups; g++) {
-        uint8_t *gp = dst + g * gbytes;
-        for (int r = 0; r < IG; r++) {
-            int64_t row = g * IG + r;
-            if (row < np) {
-                mm_unpack_i8_row(kind, w, r0 + row, k0, kc, q, s, m);
-            } else {
-                memset(q, 0, (size_t)kc);
-                memset(s, 0, (size_t)nblk * sizeof *s);
-                memset(m, 0, (size_t)nblk * sizeof *m);
-            }
-            for (int64_t b = 0; b < nblk; b++) {
-                uint8_t *bp = gp + b * bbytes;
-                for (int kq = 0; kq < bk / 4; kq++) memcpy(bp + kq * 192 + r * 4, q + b * bk + 4 * kq, 4);
-                float *sp = (float *)(bp + bk * IG);
-                sp[r] = s[b];
-                sp[IG + r] = m[b];
-            }
-        }
-    }
+    if (w->type == CLEF_DTYPE_Q8_0) pack_q8_0(w, r0, np, k0, kc, dst);
+    else pack_kquant(kind, w, r0, np, k0, kc, dst);
 }
 
 /* ==== elementwise ============================================================= */
