@@ -188,7 +188,8 @@ void gdn_conv1d_silu_ex(cpu_path path, tp_pool *pool, const float *hist, const f
 
 /* ==== chunked delta rule ================================================== */
 
-enum { NC = GDN_CHUNK };
+/* NC: chunk; TRI: row strips of the triangular products (two 6-row tiles) */
+enum { NC = GDN_CHUNK, TRI = 12 };
 
 /* One thread's scratch for one chunk. */
 typedef struct chunk_buf {
@@ -249,6 +250,16 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
         beta[t] = j->beta[(t0 + t) * j->Hv + h];
     }
     op_exp_ex(path, Gf, gam, n);
+    /* This head's q, k, v rows of the next chunk are a few hundred bytes each,
+     * ld apart in a buffer far larger than the caches: ask for them now so
+     * they arrive while this chunk computes. */
+    for (int64_t t = t0 + n; t < t0 + 2 * n && t < j->T; t++)
+        for (int i = 0; i < Dk; i += 16) {
+            __builtin_prefetch(j->q + t * j->ld + (int64_t)hk * Dk + i);
+            __builtin_prefetch(j->k + t * j->ld + (int64_t)hk * Dk + i);
+        }
+    for (int64_t t = t0 + n; t < t0 + 2 * n && t < j->T; t++)
+        for (int c = 0; c < Dv; c += 16) __builtin_prefetch(j->v + t * j->ld + (int64_t)h * Dv + c);
     for (int t = 0; t < n; t++) {
         const float *kt = j->k + (t0 + t) * j->ld + (int64_t)hk * Dk;
         const float *qt = j->q + (t0 + t) * j->ld + (int64_t)hk * Dk;
@@ -259,7 +270,13 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
         for (int t = 0; t < n; t++) b->kt[i * n + t] = b->kq[(int64_t)t * Dk + i];
     /* P = [K; Q]·S0,  M = [K; Q]·Kᵀ */
     mm_gemm_nn(path, 2 * n, Dv, Dk, b->kq, Dk, 1, S, Dv, b->p, Dv, false);
-    mm_gemm_nn(path, 2 * n, n, Dk, b->kq, Dk, 1, b->kt, n, b->m, n, false);
+    /* only s ≤ t of k_t·k_s and q_t·k_s is read: strips of rows stop there */
+    for (int i0 = 0; i0 < n; i0 += TRI) {
+        int rows = n - i0 < TRI ? n - i0 : TRI, cols = i0 + rows;
+        mm_gemm_nn(path, rows, cols, Dk, b->kq + (int64_t)i0 * Dk, Dk, 1, b->kt, n, b->m + i0 * n, n, false);
+        mm_gemm_nn(path, rows, cols, Dk, b->kq + (int64_t)(n + i0) * Dk, Dk, 1, b->kt, n,
+                   b->m + (n + i0) * n, n, false);
+    }
     /* R_t = β_t (v_t − γ_t·S0ᵀk_t) */
     for (int t = 0; t < n; t++) {
         const float *vt = j->v + (t0 + t) * j->ld + (int64_t)h * Dv;
@@ -267,35 +284,42 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
         float *rt = b->r + (int64_t)t * Dv;
         for (int c = 0; c < Dv; c++) rt[c] = beta[t] * (vt[c] - gam[t] * pk[c]);
     }
-    /* (I + A)⁻¹ by rows: row t = e_t − Σ_{s<t} A[t][s]·row s (rows are lower
-     * triangular, so row s has entries 0..s).  e = G_t − G_s, exponentiated. */
+    /* (I + A)⁻¹ by rows: row t = e_t − Σ_{s<t} A[t][s]·row s.  Rows are kept
+     * NC wide (zero past the diagonal), so each is a few vector registers
+     * through the whole sum.  e = G_t − G_s, exponentiated. */
     for (int t = 0; t < n; t++) {
-        float *at = b->a + t * NC;
         for (int s = 0; s < t; s++) b->e[s] = (float)(G[t] - G[s]);
         op_exp_ex(path, b->e, b->e, t);
-        for (int s = 0; s <= t; s++) at[s] = s == t ? 1.0f : 0.0f;
+        float row[NC];
+        for (int u = 0; u < NC; u++) row[u] = u == t ? 1.0f : 0.0f;
         for (int s = 0; s < t; s++) {
-            float coef = beta[t] * b->e[s] * b->m[t * n + s];
+            const float coef = beta[t] * b->e[s] * b->m[t * n + s];
             const float *as = b->a + s * NC;
-            for (int u = 0; u <= s; u++) at[u] -= coef * as[u];
+            for (int u = 0; u < NC; u++) row[u] -= coef * as[u];
         }
+        memcpy(b->a + t * NC, row, sizeof row);
         /* the output weights of row t: e^{G_t−G_s}(q_t·k_s), s ≤ t */
         float *wt = b->wq + t * NC;
         for (int s = 0; s < t; s++) wt[s] = b->e[s] * b->m[(n + t) * n + s];
         wt[t] = b->m[(n + t) * n + t];
         for (int s = t + 1; s < n; s++) wt[s] = 0.0f;
-        for (int s = t + 1; s < n; s++) at[s] = 0.0f;
     }
     /* Δ = (I + A)⁻¹ R */
-    mm_gemm_nn(path, n, Dv, n, b->a, NC, 1, b->r, Dv, b->d, Dv, false);
+    for (int i0 = 0; i0 < n; i0 += TRI) { /* (I + A)⁻¹ is lower triangular */
+        int rows = n - i0 < TRI ? n - i0 : TRI;
+        mm_gemm_nn(path, rows, Dv, i0 + rows, b->a + i0 * NC, NC, 1, b->r, Dv, b->d + (int64_t)i0 * Dv, Dv, false);
+    }
     /* o_t = γ_t·S0ᵀq_t + Σ_s wq[t][s] δ_s */
     for (int t = 0; t < n; t++) {
         float *ot = j->o + ((t0 + t) * j->Hv + h) * Dv;
         const float *pq = b->p + (int64_t)(n + t) * Dv;
         for (int c = 0; c < Dv; c++) ot[c] = gam[t] * pq[c];
     }
-    mm_gemm_nn(path, n, Dv, n, b->wq, NC, 1, b->d, Dv, j->o + (t0 * j->Hv + h) * Dv,
-               (int64_t)j->Hv * Dv, true);
+    for (int i0 = 0; i0 < n; i0 += TRI) { /* wq is lower triangular */
+        int rows = n - i0 < TRI ? n - i0 : TRI;
+        mm_gemm_nn(path, rows, Dv, i0 + rows, b->wq + i0 * NC, NC, 1, b->d, Dv,
+                   j->o + ((t0 + i0) * j->Hv + h) * Dv, (int64_t)j->Hv * Dv, true);
+    }
     /* S = γ_n·S0 + Kᵀ·(e^{G_n−G_s} δ_s) */
     for (int s = 0; s < n; s++) b->e[s] = (float)(G[n - 1] - G[s]);
     op_exp_ex(path, b->e, b->e, n);
