@@ -71,9 +71,10 @@ if close == "1" then wrk.headers["Connection"] = "close" end
 done = function(summary, latency, requests)
   local s = summary.duration / 1e6
   local e = summary.errors
-  io.write(string.format("RESULT %d %.1f %.2f %.2f %.2f %d %d\n", summary.requests,
+  io.write(string.format("RESULT %d %.1f %.2f %.2f %.2f %.2f %d %d\n", summary.requests,
     summary.requests / s, latency:percentile(50) / 1000, latency:percentile(95) / 1000,
-    latency:percentile(99) / 1000, e.status, e.connect + e.read + e.write + e.timeout))
+    latency:percentile(99) / 1000, latency.max / 1000, e.status,
+    e.connect + e.read + e.write + e.timeout))
 end
 EOF
 
@@ -134,7 +135,7 @@ scenario() {   # name connections body(or "") close(0/1) [server flags...]
   stop_server
   # shellcheck disable=SC2086
   set -- $line
-  rows+=("| $name | $conns | $2 | $3 | $4 | $5 | $6 | $7 | $8 | $rss |")
+  rows+=("| $name | $conns | $2 | $3 | $4 | $5 | $6 | $7 | $8 | $9 | $rss |")
   echo "loadtest: $name done" >&2
 }
 
@@ -155,7 +156,7 @@ scenario "noul_basic + 64 slowloris clients" 16 "$work/noul.json" 0 --slowloris 
   echo "server flags: $serve_args; wrk $wrk_threads threads, ${duration}s per scenario;"
   echo "load average before the run: $load0"
   echo
-  echo "| scenario | conns | requests | req/s | p50 ms | p95 ms | p99 ms | non-2xx | socket errors | peak RSS MiB |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| scenario | conns | requests | req/s | p50 ms | p95 ms | p99 ms | max ms | non-2xx | socket errors | peak RSS MiB |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${rows[@]}"
 } | if [ -n "$out" ]; then tee "$out"; else cat; fi
