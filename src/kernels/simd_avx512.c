@@ -381,9 +381,7 @@ INLINE T512VNNI void i8_tile(const int bk, const bool sym, int64_t nblk, const i
             {
                 /* one broadcast for three dots: cheaper here than three
                  * {1to16} memory operands (load ports, not ALUs, limit) */
-                int32_t xv;
-                memcpy(&xv, a[i] + ab + 4 * kq, 4);
-                __m512i xb = _mm512_set1_epi32(xv);
+                __m512i xb = _mm512_broadcastd_epi32(_mm_loadu_si32(a[i] + ab + 4 * kq));
                 acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], w0, xb);
                 acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], w1, xb);
                 acc[i][2] = _mm512_dpbusd_epi32(acc[i][2], w2, xb);
