@@ -514,6 +514,23 @@ static void test_metrics(void **state) {
         assert_non_null(strstr(r.body, want));
     }
     assert_non_null(strstr(r.body, "\nclef_queue_depth 0\n"));
+    /* The same state three times: one backbone pass from token 0, two hits. */
+    assert_non_null(strstr(r.body, "\nclef_cache_misses_total 1\n"));
+    assert_non_null(strstr(r.body, "\nclef_cache_hits_total 2\n"));
+    assert_non_null(strstr(r.body, "\nclef_cache_entries 1\n"));
+    hc_free(&r);
+    assert_int_equal(hc_server_stop(&s, SIGTERM), 0);
+
+    /* --cache-mb 0: every request runs the whole prompt, answers unchanged. */
+    const char *off[] = {"-m", TINY, "--cache-mb", "0", NULL};
+    assert_true(hc_server_start(&s, off));
+    for (int i = 0; i < 2; i++) {
+        assert_true(hc_post(s.port, NULL, c->request, &r));
+        expect_response(&r, c, MODEL_NAME);
+        hc_free(&r);
+    }
+    assert_true(hc_request(s.port, "GET", "/metrics", NULL, NULL, &r));
+    assert_non_null(strstr(r.body, "\nclef_cache_hits_total 0\n"));
     hc_free(&r);
     assert_int_equal(hc_server_stop(&s, SIGTERM), 0);
 }

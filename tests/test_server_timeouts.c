@@ -104,7 +104,7 @@ static int setup(void **state) {
 }
 
 static void start(fixture *fx) {
-    srv_backend be = {&fx->gate, gate_decide, gate_free};
+    srv_backend be = {&fx->gate, gate_decide, gate_free, NULL};
     clef_error err = {0};
     if (srv_start(&fx->cfg, &be, &fx->srv, &err) != CLEF_OK) fail_msg("srv_start: %s", err.message);
     fx->port = srv_port(fx->srv);

@@ -100,6 +100,9 @@ static void usage(FILE *out) {
         "  -t, --threads N           compute threads of the model, 0 = all cores (default 0)\n"
         "  -np, --parallel N         decision workers, i.e. requests computed at once\n"
         "                            (default %d; --workers is the same flag)\n"
+        "      --cache-mb N          cache of backbone states keyed by prompt+state tokens, so\n"
+        "                            a request about a state seen before runs only its schema;\n"
+        "                            MiB, 0 = off (default 256); hits/misses in /metrics\n"
         "      --queue N             requests that may wait beyond the workers; when all are\n"
         "                            taken the answer is 529 with retry-after (default %d)\n"
         "      --drain-timeout S     longest wait for requests on shutdown (default %g)\n"
@@ -118,6 +121,7 @@ typedef struct serve_args {
     srv_keys keys;
     int port, threads, workers, queue, http_threads, ctx_size, timeout_s, max_connections;
     int max_questions, max_choices, max_depth;
+    int cache_mb;               /* backbone state cache budget, MiB; 0 = off */
     size_t max_body;
     double drain_timeout_s, header_timeout_s, request_timeout_s;
     bool strict_model, explain, verbose, mmap;
@@ -172,7 +176,7 @@ static bool takes_value(const char *f) {
         "--confidence", "--port", "-t", "--threads", "-np", "--parallel", "--workers", "--queue",
         "--threads-http", "-c", "--ctx-size", "--timeout", "--max-connections", "--max-body",
         "--drain-timeout", "--api-key", "--api-key-file", "--max-questions", "--max-choices",
-        "--max-depth", "--header-timeout", "--request-timeout"};
+        "--max-depth", "--header-timeout", "--request-timeout", "--cache-mb"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(f, flags[i])) return true;
     return false;
@@ -185,6 +189,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
                       .http_threads = d.http_threads, .timeout_s = d.timeout_s,
                       .max_connections = d.max_connections, .max_body = d.max_body,
                       .drain_timeout_s = d.drain_timeout_s, .confidence = "typesafe",
+                      .cache_mb = (int)(CLEF_ENGINE_DEFAULT_CACHE_BYTES >> 20),
                       .header_timeout_s = d.header_timeout_s,
                       .request_timeout_s = d.request_timeout_s};
     for (int i = 1; i < argc; i++) {
@@ -216,6 +221,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         else if (IS("-t", "--threads")) ok = parse_int(f, v, 0, 4096, &a->threads);
         else if (IS("-np", "--parallel") || IS("--workers", NULL)) ok = parse_int(f, v, 1, 1024, &a->workers);
         else if (IS("--queue", NULL)) ok = parse_int(f, v, 0, 1 << 20, &a->queue);
+        else if (IS("--cache-mb", NULL)) ok = parse_int(f, v, 0, 1 << 20, &a->cache_mb);
         else if (IS("--threads-http", NULL)) ok = parse_int(f, v, 1, 1024, &a->http_threads);
         else if (IS("-c", "--ctx-size")) ok = parse_int(f, v, 0, INT_MAX, &a->ctx_size);
         else if (IS("--timeout", NULL)) ok = parse_int(f, v, 0, 86400, &a->timeout_s);
@@ -281,11 +287,40 @@ static size_t split_names(char *list, const char **names, size_t max) {
     return n;
 }
 
-/* srv_backend over the public API. */
+/* srv_backend over the public API: decisions go through the engine, whose
+ * state cache lets requests about one state share its backbone pass. */
 static clef_status backend_decide(void *ctx, const char *json, size_t len,
                                   const clef_decide_options *options, clef_decide_result *result,
                                   clef_error *err) {
-    return clef_decide(ctx, json, len, options, result, err);
+    return clef_engine_decide(ctx, json, len, options, result, err);
+}
+
+/* The engine's cache counters as Prometheus text (malloc'd). */
+static char *backend_metrics(void *ctx) {
+    clef_engine_stats st;
+    clef_engine_get_stats(ctx, &st);
+    char *text = NULL;
+    if (asprintf(&text,
+                 "# HELP clef_cache_hits_total Requests whose backbone state came from the cache.\n"
+                 "# TYPE clef_cache_hits_total counter\nclef_cache_hits_total %llu\n"
+                 "# HELP clef_cache_misses_total Requests that ran the backbone from the first token.\n"
+                 "# TYPE clef_cache_misses_total counter\nclef_cache_misses_total %llu\n"
+                 "# HELP clef_cache_evictions_total States dropped to stay within the budget.\n"
+                 "# TYPE clef_cache_evictions_total counter\nclef_cache_evictions_total %llu\n"
+                 "# HELP clef_cache_tokens_reused_total Backbone tokens that cache hits did not recompute.\n"
+                 "# TYPE clef_cache_tokens_reused_total counter\nclef_cache_tokens_reused_total %llu\n"
+                 "# HELP clef_cache_entries States cached now.\n"
+                 "# TYPE clef_cache_entries gauge\nclef_cache_entries %llu\n"
+                 "# HELP clef_cache_bytes Bytes the cached states hold.\n"
+                 "# TYPE clef_cache_bytes gauge\nclef_cache_bytes %llu\n"
+                 "# HELP clef_cache_capacity_bytes The cache budget in bytes.\n"
+                 "# TYPE clef_cache_capacity_bytes gauge\nclef_cache_capacity_bytes %llu\n",
+                 (unsigned long long)st.hits, (unsigned long long)st.misses,
+                 (unsigned long long)st.evictions, (unsigned long long)st.tokens_reused,
+                 (unsigned long long)st.entries, (unsigned long long)st.bytes,
+                 (unsigned long long)st.capacity) < 0)
+        return NULL;
+    return text;
 }
 
 static void backend_result_free(void *ctx, clef_decide_result *result) {
@@ -296,11 +331,17 @@ static void backend_result_free(void *ctx, clef_decide_result *result) {
 /* Serve until the first SIGTERM/SIGINT (blocked in every thread, taken here
  * with sigwait), then drain. */
 static int serve(const serve_args *a, clef_model *model, srv_config *cfg) {
-    srv_backend backend = {model, backend_decide, backend_result_free};
+    clef_engine *engine = NULL;
     srv_server *srv = NULL;
     clef_error err;
+    if (clef_engine_new(model, (size_t)a->cache_mb << 20, &engine, &err) != CLEF_OK) {
+        fprintf(stderr, "clef serve: %s\n", err.message);
+        return 1;
+    }
+    srv_backend backend = {engine, backend_decide, backend_result_free, backend_metrics};
     if (srv_start(cfg, &backend, &srv, &err) != CLEF_OK) {
         fprintf(stderr, "clef serve: %s\n", err.message);
+        clef_engine_free(engine);
         return 1;
     }
     fprintf(stderr, "clef serve: model '%s' (%s) from %s\n", cfg->model_names[0],
@@ -322,6 +363,7 @@ static int serve(const serve_args *a, clef_model *model, srv_config *cfg) {
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);   /* a second signal now ends the process */
     bool drained = srv_shutdown(srv);
     srv_free(srv);
+    clef_engine_free(engine);
     if (!drained) fprintf(stderr, "clef serve: drain timed out; waiting requests were dropped\n");
     fprintf(stderr, "clef serve: stopped\n");
     return drained ? 0 : 1;

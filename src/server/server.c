@@ -288,11 +288,24 @@ static enum MHD_Result respond_retry(srv_request *r, const char *method, const c
     return respond(r, method, url, status, CT_JSON, body, strlen(body), h, 1, false);
 }
 
+/* text + the backend's own metrics (text is consumed; NULL when out of memory). */
+static char *append_backend_metrics(srv_server *s, char *text) {
+    char *extra = s->backend.metrics_text(s->backend.ctx);
+    if (!extra) return text;
+    size_t a = strlen(text), b = strlen(extra);
+    char *all = realloc(text, a + b + 1);
+    if (all) memcpy(all + a, extra, b + 1);
+    else free(text);
+    free(extra);
+    return all;
+}
+
 static enum MHD_Result answer_metrics(srv_request *r, const char *method, const char *url) {
     srv_server *s = r->srv;
     srv_gauges g = {.queue_capacity = (size_t)s->cfg.queue, .workers = (size_t)s->cfg.workers};
     srv_queue_counts(&s->queue, &g.queue_depth, &g.in_flight);
     char *text = srv_metrics_render(&s->metrics, &g);
+    if (text && s->backend.metrics_text) text = append_backend_metrics(s, text);
     if (!text) return respond_json(r, method, url, 500, BODY_INTERNAL);
     enum MHD_Result ret =
         respond(r, method, url, 200, CT_PROMETHEUS, text, strlen(text), NULL, 0, false);

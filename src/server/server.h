@@ -66,6 +66,9 @@ typedef struct srv_backend {
                           const clef_decide_options *options, clef_decide_result *result,
                           clef_error *err);
     void (*result_free)(void *ctx, clef_decide_result *result);
+    /* Optional: more Prometheus text for /metrics (malloc'd, caller frees;
+     * NULL = nothing to add), e.g. the backend's cache counters. */
+    char *(*metrics_text)(void *ctx);
 } srv_backend;
 
 typedef struct srv_config {
