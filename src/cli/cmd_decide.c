@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "clef.h"
+#include "cli/cli_io.h"
 #include "cli/commands.h"
 
 static void decide_usage(FILE *out) {
@@ -22,26 +23,6 @@ static void decide_usage(FILE *out) {
             "  --reference-confidence    report p(choice) / max p instead of TypeSafe's confidence\n"
             "  --model-name NAME         the name reported in \"model\" (default: the file's)\n"
             "  -t, --threads N           compute threads (default: all cores)\n");
-}
-
-/* All of stdin (binary safe) into a malloc'd buffer. */
-static char *read_stdin(size_t *len) {
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap);
-    while (buf && (got = fread(buf + n, 1, cap - n, stdin)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    *len = n;
-    return buf;
 }
 
 typedef struct decide_args {
@@ -85,7 +66,7 @@ int cmd_decide(int argc, char **argv) {
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc;
     size_t len = 0;
-    char *body = read_stdin(&len);
+    char *body = cli_read_stdin(&len);
     if (!body) {
         fprintf(stderr, "clef decide: cannot read the request from stdin\n");
         return 3;

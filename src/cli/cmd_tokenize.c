@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "clef.h"
+#include "cli/cli_io.h"
 #include "cli/commands.h"
 
 static void usage(FILE *out) {
@@ -18,33 +19,6 @@ static void usage(FILE *out) {
             "  --no-special      treat added tokens written in TEXT (<|im_start|>) as text\n"
             "  TEXT              the text, or - to read it from stdin\n"
             "Prints the token ids as a JSON array.\n");
-}
-
-/* All of stdin into a malloc'd buffer; NULL on failure. */
-static char *read_stdin(size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    for (;;) {
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, stdin);
-        n += got;
-        if (got == 0) break;
-    }
-    if (ferror(stdin)) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
 }
 
 static int print_ids(const int32_t *ids, size_t n) {
@@ -99,7 +73,7 @@ int cmd_tokenize(int argc, char **argv) {
     char *owned = NULL;
     const char *text = text_arg;
     if (!strcmp(text_arg, "-")) {
-        owned = read_stdin(&len);
+        owned = cli_read_stdin(&len);
         if (!owned) {
             fprintf(stderr, "clef tokenize: cannot read the text from stdin\n");
             return 1;

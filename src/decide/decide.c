@@ -62,12 +62,9 @@ static clef_status set_body(clef_decide_result *r, int status, const char *text,
     return CLEF_OK;
 }
 
-typedef struct accept_list {
-    const clef_decide_options *opts;
-} accept_list;
-
+/* req_params.model_known over the caller's accept list (user: the options). */
 static bool model_is_accepted(const char *name, void *user) {
-    const clef_decide_options *o = ((const accept_list *)user)->opts;
+    const clef_decide_options *o = user;
     for (size_t i = 0; i < o->n_accept_models; i++)
         if (o->accept_models[i] && !strcmp(o->accept_models[i], name)) return true;
     return false;
@@ -217,6 +214,23 @@ static clef_status encode(const clef_model *m, dec_job *job, clef_decide_result 
     return CLEF_OK;
 }
 
+/* Options a caller may get wrong: a budget past the context, negative limits. */
+static clef_status check_options(const clef_model *m, const clef_decide_options *o,
+                                 clef_error *err) {
+    int n_ctx = clef_model_n_ctx(m);
+    if (o->max_length < 0 || (n_ctx > 0 && o->max_length > n_ctx))
+        return clef_err_set(err, CLEF_ERR_INVALID_ARG,
+                            "max_length %d is outside 1..%d (the model's context length)",
+                            o->max_length, n_ctx);
+    if (o->max_questions < 0 || o->max_choices < 0 || o->max_depth < 0 ||
+        o->max_depth > REQ_MAX_DEPTH_LIMIT)
+        return clef_err_set(err, CLEF_ERR_INVALID_ARG,
+                            "request limits must be 0 (default) or positive, max_depth at most "
+                            "%d (got max_questions %d, max_choices %d, max_depth %d)",
+                            REQ_MAX_DEPTH_LIMIT, o->max_questions, o->max_choices, o->max_depth);
+    return CLEF_OK;
+}
+
 clef_status dec_prepare(const clef_model *m, const char *json, size_t len,
                         const clef_decide_options *options, dec_job *job,
                         clef_decide_result *r, clef_error *err) {
@@ -233,30 +247,20 @@ clef_status dec_prepare(const clef_model *m, const char *json, size_t len,
                             clef_model_name(m));
     job->opts = options ? *options : clef_decide_default_options();
     const clef_decide_options *o = &job->opts;
-    int n_ctx = clef_model_n_ctx(m);
-    if (o->max_length < 0 || (n_ctx > 0 && o->max_length > n_ctx))
-        return clef_err_set(err, CLEF_ERR_INVALID_ARG,
-                            "max_length %d is outside 1..%d (the model's context length)",
-                            o->max_length, n_ctx);
-    if (o->max_questions < 0 || o->max_choices < 0 || o->max_depth < 0 ||
-        o->max_depth > REQ_MAX_DEPTH_LIMIT)
-        return clef_err_set(err, CLEF_ERR_INVALID_ARG,
-                            "request limits must be 0 (default) or positive, max_depth at most "
-                            "%d (got max_questions %d, max_choices %d, max_depth %d)",
-                            REQ_MAX_DEPTH_LIMIT, o->max_questions, o->max_choices, o->max_depth);
+    clef_status st = check_options(m, o, err);
+    if (st != CLEF_OK) return st;
 
     double t = dec_now_ms();
-    accept_list accept = {o};
     req_params params = req_default_params();
     if (o->max_depth > 0) params.max_depth = o->max_depth;
     if (o->max_questions > 0) params.max_questions = o->max_questions;
     if (o->max_choices > 0) params.max_choices = o->max_choices;
     if (o->n_accept_models > 0) {
         params.model_known = model_is_accepted;
-        params.model_known_user = &accept;
+        params.model_known_user = (void *)o;   /* read-only in model_is_accepted */
     }
     req_reject reject = {0};
-    clef_status st = req_parse(json ? json : "", len, &params, &job->req, &reject, err);
+    st = req_parse(json ? json : "", len, &params, &job->req, &reject, err);
     r->parse_ms = dec_now_ms() - t;
     if (st == CLEF_ERR_REQUEST) {
         take_reject(r, &reject);

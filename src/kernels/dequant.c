@@ -67,18 +67,17 @@ uint16_t clef_f32_to_bf16(float f) {
 }
 
 static uint16_t load_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static float load_f16(const uint8_t *p) { return clef_f16_to_f32(load_u16(p)); }
+float clef_load_f16(const uint8_t *p) { return clef_f16_to_f32(load_u16(p)); }
 
 /* Q8_0 block (34 bytes): f16 d; int8 q[32].  x[i] = d * q[i]. */
 static void dq_q8_0(const uint8_t *b, float *y) {
-    float d = load_f16(b);
+    float d = clef_load_f16(b);
     for (int i = 0; i < 32; i++) y[i] = d * (float)(int8_t)b[2 + i];
 }
 
-/* Q4_K/Q5_K pack 8 (scale, min) pairs of 6 bits into 12 bytes: pairs 0..3
- * are the low 6 bits of bytes 0..3 / 4..7; pairs 4..7 take their low nibble
- * from bytes 8..11 and their top 2 bits from the spare bits of bytes 0..7. */
-static void k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *mn) {
+/* Pairs 0..3 are the low 6 bits of bytes 0..3 / 4..7; pairs 4..7 take their
+ * low nibble from bytes 8..11 and their top 2 bits from bytes 0..7. */
+void clef_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *mn) {
     if (j < 4) {
         *sc = s[j] & 63;
         *mn = s[j + 4] & 63;
@@ -92,12 +91,12 @@ static void k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *mn) {
  * Each 64 outputs use 32 qs bytes: sub-block 2k from the low nibbles, 2k+1
  * from the high nibbles; x = d*sc*q - dmin*mn. */
 static void dq_q4_k(const uint8_t *b, float *y) {
-    float d = load_f16(b), dmin = load_f16(b + 2);
+    float d = clef_load_f16(b), dmin = clef_load_f16(b + 2);
     const uint8_t *s = b + 4, *qs = b + 16;
     for (int k = 0; k < 4; k++, qs += 32, y += 64) {
         uint8_t sc0, m0, sc1, m1;
-        k_scale_min(s, 2 * k, &sc0, &m0);
-        k_scale_min(s, 2 * k + 1, &sc1, &m1);
+        clef_k_scale_min(s, 2 * k, &sc0, &m0);
+        clef_k_scale_min(s, 2 * k + 1, &sc1, &m1);
         float d0 = d * sc0, o0 = dmin * m0, d1 = d * sc1, o1 = dmin * m1;
         for (int l = 0; l < 32; l++) {
             y[l] = d0 * (float)(qs[l] & 0xf) - o0;
@@ -109,12 +108,12 @@ static void dq_q4_k(const uint8_t *b, float *y) {
 /* Q5_K block (176 bytes): f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128].
  * As Q4_K, plus a fifth bit: sub-block j's element l takes bit j of qh[l]. */
 static void dq_q5_k(const uint8_t *b, float *y) {
-    float d = load_f16(b), dmin = load_f16(b + 2);
+    float d = clef_load_f16(b), dmin = clef_load_f16(b + 2);
     const uint8_t *s = b + 4, *qh = b + 16, *qs = b + 48;
     for (int k = 0; k < 4; k++, qs += 32, y += 64) {
         uint8_t sc0, m0, sc1, m1;
-        k_scale_min(s, 2 * k, &sc0, &m0);
-        k_scale_min(s, 2 * k + 1, &sc1, &m1);
+        clef_k_scale_min(s, 2 * k, &sc0, &m0);
+        clef_k_scale_min(s, 2 * k + 1, &sc1, &m1);
         float d0 = d * sc0, o0 = dmin * m0, d1 = d * sc1, o1 = dmin * m1;
         for (int l = 0; l < 32; l++) {
             int h0 = (qh[l] >> (2 * k)) & 1, h1 = (qh[l] >> (2 * k + 1)) & 1;
@@ -132,7 +131,7 @@ static void dq_q5_k(const uint8_t *b, float *y) {
 static void dq_q6_k(const uint8_t *b, float *y) {
     const uint8_t *ql = b, *qh = b + 128;
     const int8_t *sc = (const int8_t *)(b + 192);
-    float d = load_f16(b + 208);
+    float d = clef_load_f16(b + 208);
     for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, y += 128) {
         for (int l = 0; l < 32; l++) {
             int is = l / 16;
@@ -158,7 +157,7 @@ bool clef_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) 
         if (n) memcpy(dst, src, (size_t)n * sizeof(float));
         return true;
     case CLEF_DTYPE_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = load_f16(p + 2 * i);
+        for (int64_t i = 0; i < n; i++) dst[i] = clef_load_f16(p + 2 * i);
         return true;
     case CLEF_DTYPE_BF16:
         for (int64_t i = 0; i < n; i++) dst[i] = clef_bf16_to_f32(load_u16(p + 2 * i));

@@ -26,4 +26,12 @@ uint16_t clef_f32_to_bf16(float f);     /* round to nearest even, NaN kept quiet
  * dequantize or a bad n. */
 bool clef_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 
+/* The f16 stored little-endian at p (any alignment), as f32. */
+float clef_load_f16(const uint8_t *p);
+
+/* Scale and min j (0..7) of a Q4_K/Q5_K block's 12 packed scale bytes s:
+ * 8 pairs of 6 bits (pairs 0..3 in the low bits of bytes 0..7, pairs 4..7
+ * split between bytes 8..11 and the spare top bits of bytes 0..7). */
+void clef_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *mn);
+
 #endif

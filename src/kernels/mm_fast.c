@@ -299,33 +299,20 @@ void mm_round_bf16(const float *x, int64_t n, float *dst) {
     }
 }
 
-static float f16_at(const uint8_t *p) { return clef_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
-
-/* 6-bit scale and min j of a Q4_K/Q5_K block's 12 scale bytes. */
-static void k_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *mn = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xf) | (s[j - 4] >> 6) << 4;
-        *mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-    }
-}
-
 void mm_kquant_scales(uint32_t type, const uint8_t *b, float *s, float *m) {
     if (type == CLEF_DTYPE_Q6_K) {
         const int8_t *sc = (const int8_t *)(b + 192);
-        float d = f16_at(b + 208);
+        float d = clef_load_f16(b + 208);
         for (int g = 0; g < 16; g++) {
             s[g] = d * (float)sc[g];
             m[g] = -32.0f * s[g];
         }
         return;
     }
-    float d = f16_at(b), dmin = f16_at(b + 2);
+    float d = clef_load_f16(b), dmin = clef_load_f16(b + 2);
     for (int j = 0; j < 8; j++) {
-        int scv, mnv;
-        k_scale_min(b + 4, j, &scv, &mnv);
+        uint8_t scv, mnv;
+        clef_k_scale_min(b + 4, j, &scv, &mnv);
         s[j] = d * (float)scv;
         m[j] = -dmin * (float)mnv;
     }

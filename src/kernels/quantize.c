@@ -35,7 +35,6 @@ static void put_f16(uint8_t *p, float f) {
     p[1] = (uint8_t)(h >> 8);
 }
 
-static float get_f16(const uint8_t *p) { return clef_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
 
 static int imin(int a, int b) { return a < b ? a : b; }
 static int imax(int a, int b) { return a > b ? a : b; }
@@ -129,7 +128,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
 }
 
 /* The 8 (scale, min) pairs of a Q4_K/Q5_K block as 6-bit codes in 12 bytes
- * (layout in dequant.c's k_scale_min). */
+ * (the layout clef_k_scale_min reads). */
 static void pack_scale_min(const uint8_t ls[8], const uint8_t lm[8], uint8_t s[12]) {
     for (int j = 0; j < 8; ++j) {
         if (j < 4) {
@@ -186,7 +185,7 @@ static void k_block_levels(const float *x, int nmax, float rmin, float rdelta, i
     pack_scale_min(ls, lm, b + 4);
     put_f16(b, max_scale / 63.f);
     put_f16(b + 2, max_min / 63.f);
-    const float d_all = get_f16(b), dmin_all = get_f16(b + 2);
+    const float d_all = clef_load_f16(b), dmin_all = clef_load_f16(b + 2);
     for (int j = 0; j < 8; ++j) {
         int sc, mn;
         unpack_scale_min(b + 4, j, &sc, &mn);
@@ -304,7 +303,7 @@ static void q6_k_block(const float *x, uint8_t *b) {
     float iscale = -128.f / max_scale;
     put_f16(b + 208, 1 / iscale);
     for (int ib = 0; ib < 16; ++ib) sc[ib] = (int8_t)imin(127, nearest_int(iscale * scales[ib]));
-    const float d_all = get_f16(b + 208);
+    const float d_all = clef_load_f16(b + 208);
     for (int j = 0; j < 16; ++j) {
         float d = d_all * sc[j];
         if (!d) continue;

@@ -3,8 +3,9 @@
  * (mm_fast.c, attention.c, gdn.c, ops.c) and the per-ISA code
  * (simd_avx512.c, simd_avx2.c).  Not for use outside src/kernels.
  *
- * Every function here exists on every build; off x86-64 the ISA versions are
- * stubs that are never called (cpu_choose only offers `ref` there).
+ * Every function here is defined on every build so that the dispatchers link
+ * unchanged; off x86-64 the ISA definitions have empty bodies, and cpu_choose
+ * offers only the `ref` path there, so they are unreachable by design.
  *
  * Two kernel forms (measured on Zen 5: ~90% of the FMA peak for the first,
  * ~85% for the second; a separate broadcast instruction costs an FMA slot
