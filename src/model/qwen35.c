@@ -409,7 +409,8 @@ typedef struct run_seg {
 
 /* Scratch for one call, sized by N (all tokens) and C (tokens per chunk). */
 typedef struct qwen35_run {
-    int64_t N, C;
+    int64_t N, C;           /* C: rows per chunk (scratch), min(grid, N)          */
+    int64_t grid;           /* sequences are cut where position % grid == 0       */
     const cpu_target *cpu;  /* the model's kernels                              */
     mm_workspace ws;        /* the fast matmuls' scratch, grown on first use    */
     qwen35_stats *st;       /* NULL, or where timings are added                 */
@@ -732,11 +733,33 @@ static void ffn_chunk(const qwen35_config *c, const qwen35_layer *l, qwen35_run 
     add_rows(x, r->mix, T * c->n_embd);
 }
 
+/* Rows in the chunk that starts at row c0.  A sequence is only ever cut
+ * where its position is a multiple of the grid (or at its save point, by
+ * the segments), never where another sequence happens to end, so each
+ * sequence's floats are the same alone or in any batch: the chunked delta
+ * rule's blocks depend on where a segment starts.  The grid is the chunk
+ * asked for, not min(chunk, N), for the same reason.  Whole pieces are
+ * taken while they fit in C rows; a piece never has more than C. */
+static int64_t chunk_rows(const qwen35_run *r, int64_t c0) {
+    int s = 0;
+    while (r->x0[s] + r->seqs[s].n <= c0) s++;
+    int64_t g = c0;
+    while (g < r->N) {
+        int64_t end = r->x0[s] + r->seqs[s].n;
+        int64_t to_mult = r->grid - (int64_t)r->pos[g] % r->grid;  /* to the next multiple */
+        int64_t cut = g + to_mult < end ? g + to_mult : end;
+        if (cut - c0 > r->C) break;
+        g = cut;
+        if (g == end) s++;
+    }
+    return g - c0;
+}
+
 static void layer_forward(const qwen35_config *c, const qwen35_layer *l, int il, qwen35_run *r,
                           tp_pool *pool) {
     if (!l->recurrent) attention_carry(c, r, il, true);
-    for (int64_t c0 = 0; c0 < r->N; c0 += r->C) {
-        int64_t T = r->N - c0 < r->C ? r->N - c0 : r->C;
+    for (int64_t c0 = 0, T; c0 < r->N; c0 += T) {
+        T = chunk_rows(r, c0);
         float *x = r->x + c0 * c->n_embd;
         run_segments(r, c0, T);
         op_rmsnorm_ex(r->cpu->path, pool, r->h, x, l->attn_norm, c->n_embd, T, c->rms_eps);
@@ -830,6 +853,7 @@ clef_status qwen35_forward_stats(const qwen35_model *m, tp_pool *pool, const qwe
     r.carry = carry;
     r.cpu = &m->cpu;
     r.st = stats;
+    r.grid = chunk;
 
     /* x = token_embd[ids]; sequences laid end to end, positions after each past */
     int64_t g = 0, gk = 0;
