@@ -236,6 +236,14 @@ typedef struct clef_forward_stats {
 clef_status clef_forward_profiled(clef_model *model, const int32_t *ids, size_t n, float *hidden,
                                   clef_forward_stats *stats, clef_error *err);
 
+/* n_seq independent prompts of n tokens each (ids [n_seq][n], hidden
+ * [n_seq][n][n_embd]) in one backbone pass, as a server batches requests:
+ * their tokens share every matrix product.  *stats covers the whole pass
+ * (the head is scored once per prompt of >= 64 tokens). */
+clef_status clef_forward_batch_profiled(clef_model *model, size_t n_seq, const int32_t *ids,
+                                        size_t n, float *hidden, clef_forward_stats *stats,
+                                        clef_error *err);
+
 /* This machine's arithmetic peak in GFLOP/s (GOP/s for int8) on the model's
  * threads for the instruction its largest matrices use (f32 FMA, vdpbf16ps,
  * vpdpbusd), measured for about `seconds` with register-resident loops. */

@@ -30,6 +30,7 @@ typedef struct bench_opts {
     int n_sizes;
     int threads;
     int repeats;
+    int batch;                  /* prompts per pass */
     bool json;
     double peak_seconds;
     uint64_t seed;
@@ -37,7 +38,7 @@ typedef struct bench_opts {
 
 static void bench_usage(FILE *out) {
     fprintf(out,
-            "usage: clef bench -m MODEL [-p 128,512,2048] [-t N] [-r REPEATS] [--json]\n"
+            "usage: clef bench -m MODEL [-p 128,512,2048] [-t N] [-r REPEATS] [-b N] [--json]\n"
             "                  [--peak-seconds S] [--seed N]\n\n"
             "Prefill random-token prompts of each size and report tokens/s, achieved\n"
             "GFLOP/s, the fraction of this machine's measured peak, time by stage and\n"
@@ -46,6 +47,8 @@ static void bench_usage(FILE *out) {
             "  -p LIST         prompt sizes in tokens, comma-separated (default 128,512)\n"
             "  -t N            compute threads (default: all cores)\n"
             "  -r N            timed repeats per size, the median is reported (default 3)\n"
+            "  -b N            N prompts of each size in one pass, as a server batches\n"
+            "                  requests; tokens/s counts all of them (default 1)\n"
             "  --json          one JSON object per line per prompt size\n"
             "  --peak-seconds  how long the peak measurement runs (default 0.5)\n"
             "  --seed N        token seed (default 1)\n");
@@ -74,7 +77,7 @@ static bool parse_sizes(const char *s, bench_opts *o) {
 
 /* 0: parsed; 1: help printed; 2: bad usage (message printed). */
 static int parse_args(int argc, char **argv, bench_opts *o) {
-    *o = (bench_opts){.sizes = {128, 512}, .n_sizes = 2, .repeats = 3, .peak_seconds = 0.5, .seed = 1};
+    *o = (bench_opts){.sizes = {128, 512}, .n_sizes = 2, .repeats = 3, .batch = 1, .peak_seconds = 0.5, .seed = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
@@ -106,6 +109,12 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
                 return 2;
             }
             o->repeats = (int)n;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
+            if (!parse_int(v, 1, 4096, &n)) {
+                fprintf(stderr, "clef bench: -b '%s': expected 1..4096 prompts per pass\n", v);
+                return 2;
+            }
+            o->batch = (int)n;
         } else if (!strcmp(a, "--peak-seconds")) {
             char *end;
             o->peak_seconds = strtod(v, &end);
@@ -163,23 +172,25 @@ typedef struct bench_row {
 
 static clef_status bench_size(clef_model *m, const clef_model_info *info, const bench_opts *o,
                               int64_t n, bench_row *row, clef_error *err) {
-    int32_t *ids = malloc((size_t)n * sizeof *ids);
-    float *hidden = malloc((size_t)n * (size_t)clef_model_n_embd(m) * sizeof *hidden);
+    const size_t tokens = (size_t)o->batch * (size_t)n;
+    int32_t *ids = malloc(tokens * sizeof *ids);
+    float *hidden = malloc(tokens * (size_t)clef_model_n_embd(m) * sizeof *hidden);
     clef_forward_stats *runs = calloc((size_t)o->repeats, sizeof *runs);
     clef_status st = CLEF_OK;
     if (!ids || !hidden || !runs) st = CLEF_ERR_NOMEM;
     if (st == CLEF_OK) {
-        random_ids(ids, n, info->n_vocab, o->seed);
+        for (int b = 0; b < o->batch; b++) random_ids(ids + (size_t)b * (size_t)n, n, info->n_vocab, o->seed + (uint64_t)b);
         clef_forward_stats warm;
-        st = clef_forward_profiled(m, ids, (size_t)n, hidden, &warm, err);
+        st = clef_forward_batch_profiled(m, (size_t)o->batch, ids, (size_t)n, hidden, &warm, err);
     }
     for (int r = 0; st == CLEF_OK && r < o->repeats; r++)
-        st = clef_forward_profiled(m, ids, (size_t)n, hidden, &runs[r], err);
+        st = clef_forward_batch_profiled(m, (size_t)o->batch, ids, (size_t)n, hidden, &runs[r], err);
     if (st == CLEF_OK) {
         qsort(runs, (size_t)o->repeats, sizeof *runs, cmp_total);
         *row = (bench_row){.n = n, .st = runs[o->repeats / 2], .best_s = runs[0].total_s};
     } else if (st == CLEF_ERR_NOMEM && err) {
-        snprintf(err->message, sizeof err->message, "out of memory for a %lld-token prompt", (long long)n);
+        snprintf(err->message, sizeof err->message, "out of memory for %d prompts of %lld tokens",
+                 o->batch, (long long)n);
     }
     free(ids);
     free(hidden);
@@ -207,14 +218,14 @@ static void print_json(const bench_opts *o, const clef_model_info *info, double 
     printf("{\"model\":");
     put_json_string(o->model);
     printf(",\"n_tokens\":%lld,\"threads\":%d,\"weight_type\":\"%s\",\"kernels\":\"%s\","
-           "\"precision\":\"%s\",\"repeats\":%d,\"seconds\":%.9g,\"best_seconds\":%.9g,"
+           "\"precision\":\"%s\",\"batch\":%d,\"repeats\":%d,\"seconds\":%.9g,\"best_seconds\":%.9g,"
            "\"tokens_per_second\":%.3f,\"gflops\":%.3f,\"peak_gflops\":%.3f,\"peak_fraction\":%.4f,"
            "\"matmul_gflops\":%.3f,\"matmul_peak_fraction\":%.4f,"
            "\"stage_seconds\":{\"matmul\":%.9g,\"attention\":%.9g,\"delta_rule\":%.9g,\"other\":%.9g,"
            "\"head\":%.9g},\"flop\":{\"matmul\":%.0f,\"attention\":%.0f,\"delta_rule\":%.0f},"
            "\"peak_rss_bytes\":%llu}\n",
            (long long)r->n, info->n_threads, info->weight_type, info->kernels, info->precision,
-           o->repeats, s->total_s, r->best_s, (double)r->n / s->total_s, gf, peak, gf / peak, mgf,
+           o->batch, o->repeats, s->total_s, r->best_s, (double)r->n * o->batch / s->total_s, gf, peak, gf / peak, mgf,
            mgf / peak, s->matmul_s, s->attention_s, s->delta_s, other, s->head_s, s->matmul_flop,
            s->attention_flop, s->delta_flop, (unsigned long long)peak_rss_bytes());
     fflush(stdout);
@@ -225,16 +236,17 @@ static void print_text_header(const bench_opts *o, const clef_model_info *info, 
            (double)info->matrix_params / 1e9, info->weight_type, (double)info->matrix_bytes / 1e9);
     printf("kernels  %s, %s activations, %d threads; peak %.1f G%s/s (measured)\n", info->kernels,
            info->precision, info->n_threads, peak, strcmp(info->precision, "int8") ? "FLOP" : "OP");
+    if (o->batch > 1) printf("batch    %d prompts of each size per pass; tok/s counts all\n", o->batch);
     printf("%8s %9s %8s %6s %8s %6s | %8s %8s %8s %8s %8s (ms) | %8s\n", "tokens", "tok/s", "GFLOP/s",
            "%peak", "mm GF/s", "%peak", "matmul", "attn", "delta", "other", "head", "RSS MB");
 }
 
-static void print_text(double peak, const bench_row *r) {
+static void print_text(const bench_opts *o, double peak, const bench_row *r) {
     const clef_forward_stats *s = &r->st;
     double other = s->total_s - s->matmul_s - s->attention_s - s->delta_s - s->head_s;
     double gf = flops_of(s) / s->total_s / 1e9, mgf = s->matmul_s > 0 ? s->matmul_flop / s->matmul_s / 1e9 : 0;
     printf("%8lld %9.1f %8.1f %5.1f%% %8.1f %5.1f%% | %8.1f %8.1f %8.1f %8.1f %8.2f      | %8.0f\n",
-           (long long)r->n, (double)r->n / s->total_s, gf, 100 * gf / peak, mgf, 100 * mgf / peak,
+           (long long)r->n, (double)r->n * o->batch / s->total_s, gf, 100 * gf / peak, mgf, 100 * mgf / peak,
            1e3 * s->matmul_s, 1e3 * s->attention_s, 1e3 * s->delta_s, 1e3 * other, 1e3 * s->head_s,
            (double)peak_rss_bytes() / 1e6);
     fflush(stdout);
@@ -272,7 +284,7 @@ int cmd_bench(int argc, char **argv) {
             break;
         }
         if (o.json) print_json(&o, &info, peak, &row);
-        else print_text(peak, &row);
+        else print_text(&o, peak, &row);
     }
     clef_model_free(m);
     return rc;

@@ -3,6 +3,7 @@
  * speed"): what a model computes with, a profiled forward, and the
  * machine's peak for the model's kernels.  `clef bench` is built on these.
  */
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -72,23 +73,33 @@ static clef_status time_head(clef_model *m, const int32_t *ids, int64_t n, const
     return st;
 }
 
-clef_status clef_forward_profiled(clef_model *m, const int32_t *ids, size_t n, float *hidden,
-                                  clef_forward_stats *stats, clef_error *err) {
-    if (!m || !ids || !hidden || !stats)
-        return clef_err_set(err, CLEF_ERR_INVALID_ARG,
-                            "clef_forward_profiled: model, ids, hidden and stats are required");
-    qwen35_seq seq = {ids, (int64_t)n, hidden};
+clef_status clef_forward_batch_profiled(clef_model *m, size_t n_seq, const int32_t *ids,
+                                        size_t n, float *hidden, clef_forward_stats *stats,
+                                        clef_error *err) {
+    if (!m || !ids || !hidden || !stats || n_seq == 0 || n_seq > 4096)
+        return clef_err_set(err, CLEF_ERR_INVALID_ARG, "clef_forward_batch_profiled: model, ids, "
+                            "hidden and stats are required, and 1..4096 prompts");
+    qwen35_seq *seqs = calloc(n_seq, sizeof *seqs);
+    if (!seqs) return clef_err_set(err, CLEF_ERR_NOMEM, "out of memory for %zu prompts", n_seq);
+    const size_t E = (size_t)model_n_embd(m);
+    for (size_t i = 0; i < n_seq; i++) seqs[i] = (qwen35_seq){ids + i * n, (int64_t)n, hidden + i * n * E};
     qwen35_stats st = {0};
-    clef_status s = qwen35_forward_stats(&m->backbone, m->pool, &seq, NULL, 1, 0, &st, err);
+    clef_status s = qwen35_forward_stats(&m->backbone, m->pool, seqs, NULL, (int)n_seq, 0, &st, err);
     *stats = (clef_forward_stats){st.total_s, st.matmul_s, st.attention_s, st.delta_s, st.head_s,
                                   st.matmul_flop, st.attention_flop, st.delta_flop};
-    if (s == CLEF_OK && m->head && n >= 64) {
+    for (size_t i = 0; s == CLEF_OK && m->head && n >= 64 && i < n_seq; i++) {
         double hs = 0.0;
-        s = time_head(m, ids, (int64_t)n, hidden, &hs, err);
+        s = time_head(m, seqs[i].ids, (int64_t)n, seqs[i].hidden, &hs, err);
         stats->head_s += hs;
         stats->total_s += hs;
     }
+    free(seqs);
     return s;
+}
+
+clef_status clef_forward_profiled(clef_model *m, const int32_t *ids, size_t n, float *hidden,
+                                  clef_forward_stats *stats, clef_error *err) {
+    return clef_forward_batch_profiled(m, 1, ids, n, hidden, stats, err);
 }
 
 double clef_model_peak_gflops(clef_model *m, double seconds) {
