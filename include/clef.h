@@ -203,6 +203,27 @@ clef_status clef_engine_decide_batch(clef_engine *engine, size_t n, const char *
                                      const size_t *lens, const clef_decide_options *options,
                                      clef_decide_result *results, clef_error *err);
 
+/* Called by clef_engine_decide_passes as soon as results[i] is final. */
+typedef void (*clef_engine_done_fn)(size_t i, void *ctx);
+
+/* clef_engine_decide_batch for a server's queue: the requests' backbone work
+ * runs in passes of at most max_tokens backbone tokens (0: no limit; a
+ * request larger than that runs in a pass of its own), in request order,
+ * because once a pass fills the matrix kernels a bigger one is no faster
+ * and only delays the answers in it.  done(i, ctx) (NULL: none) is called
+ * on the calling thread as each result is final: refusals at once, the
+ * others after their pass; results[i] then belongs to the caller.  A non-OK
+ * status means clef failed: results not handed to done are empty. */
+clef_status clef_engine_decide_passes(clef_engine *engine, size_t n, const char *const *jsons,
+                                      const size_t *lens, const clef_decide_options *options,
+                                      size_t max_tokens, clef_engine_done_fn done, void *ctx,
+                                      clef_decide_result *results, clef_error *err);
+
+/* Backbone tokens per pass past which batching stops paying on CPUs: at
+ * ~256 rows the matrix products already reach their tile throughput
+ * (clef bench -b, README "Batching"). */
+#define CLEF_ENGINE_DEFAULT_PASS_TOKENS 256
+
 void clef_engine_get_stats(clef_engine *engine, clef_engine_stats *out);
 
 /* ---- measuring speed (clef bench) ----------------------------------------- */

@@ -579,6 +579,107 @@ static void test_batch_equals_serial(void **state) {
     clef_engine_free(e);
 }
 
+/* clef_engine_decide_passes: what done saw. */
+typedef struct done_log {
+    size_t order[MAX_CASES + 4];
+    int calls[MAX_CASES + 4];
+    size_t n;
+} done_log;
+
+static void log_done(size_t i, void *ctx) {
+    done_log *d = ctx;
+    d->calls[i]++;
+    d->order[d->n++] = i;
+}
+
+/* Passes of one request, of ~2 requests and unbounded: each result is
+ * clef_decide's and reaches done exactly once; refusals come first; a state
+ * a pass computed is a hit for later passes of the same call. */
+static void test_passes(void **state) {
+    fixture *f = *state;
+    const char *jsons[MAX_CASES + 4] = {0};
+    size_t lens[MAX_CASES + 4] = {0}, n = 0, n_seen = 0, longest = 0;
+    const char *seen[MAX_CASES];
+    for (size_t i = 0; i < f->n; i++)
+        if (f->cases[i].max_length == 16384 && f->key[i]) {
+            jsons[n] = f->cases[i].raw;
+            lens[n++] = f->cases[i].len;
+            seen_before(seen, &n_seen, f->key[i]);
+            if (f->cases[i].len > longest) longest = f->cases[i].len;
+        }
+    jsons[n] = jsons[0];            /* the same state again, later in the call */
+    lens[n++] = lens[0];
+    jsons[n] = "[]";                /* refusals at the end */
+    lens[n] = 2;
+    n++;
+    jsons[n] = "{\"state\": ";
+    lens[n] = strlen(jsons[n]);
+    n++;
+    const size_t decided = n - 2;
+    clef_decide_options o = opts_for(0, true);
+    clef_decide_result ref[MAX_CASES + 4], got[MAX_CASES + 4];
+    for (size_t i = 0; i < n; i++) reference(f->model, jsons[i], lens[i], &o, &ref[i]);
+    const size_t max_tokens[] = {1, longest / 2, 0};
+    for (size_t t = 0; t < 3; t++) {
+        clef_engine *e = engine_new(f->model, CLEF_ENGINE_DEFAULT_CACHE_BYTES);
+        done_log d = {0};
+        clef_error err = {0};
+        if (clef_engine_decide_passes(e, n, jsons, lens, &o, max_tokens[t], log_done, &d, got, &err) != CLEF_OK)
+            fail_msg("passes of %zu tokens: %s", max_tokens[t], err.message);
+        assert_int_equal(d.n, n);
+        assert_true(d.order[0] == n - 2 && d.order[1] == n - 1);
+        int identical = 0;
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(d.calls[i], 1);
+            char what[64];
+            snprintf(what, sizeof what, "item %zu, passes of %zu tokens", i, max_tokens[t]);
+            check_same(what, &ref[i], &got[i], &identical);
+            clef_decide_result_free(&got[i]);
+        }
+        clef_engine_stats s = stats(e);
+        printf("[engine] passes of <= %zu tokens: %d byte-identical; hits %llu misses %llu\n",
+               max_tokens[t], identical, (unsigned long long)s.hits, (unsigned long long)s.misses);
+        assert_int_equal(s.hits + s.misses, decided);
+        if (max_tokens[t] == 1) assert_int_equal(s.misses, n_seen);   /* one request per pass */
+        if (max_tokens[t] == 0) assert_int_equal(s.misses, decided);  /* one pass: no hits */
+        clef_engine_free(e);
+    }
+    for (size_t i = 0; i < n; i++) clef_decide_result_free(&ref[i]);
+}
+
+/* An answer must not depend on what else shares its pass: without a cache
+ * every request runs from token 0, alone or batched, so each body is the
+ * same bytes as clef_decide's for it alone, on whatever kernels run here
+ * (sequences that straddle the backbone's chunk boundaries included). */
+static void test_batch_is_invariant(void **state) {
+    fixture *f = *state;
+    const char *jsons[MAX_CASES] = {0};
+    size_t lens[MAX_CASES] = {0}, n = 0;
+    for (size_t i = 0; i < f->n; i++)
+        if (f->cases[i].max_length == 16384) {
+            jsons[n] = f->cases[i].raw;
+            lens[n++] = f->cases[i].len;
+        }
+    clef_decide_options o = opts_for(0, true);
+    clef_decide_result ref[MAX_CASES], got[MAX_CASES];
+    for (size_t i = 0; i < n; i++) reference(f->model, jsons[i], lens[i], &o, &ref[i]);
+    clef_engine *e = engine_new(f->model, 0);
+    const size_t max_tokens[] = {0, 700};
+    for (size_t t = 0; t < 2; t++) {
+        clef_error err = {0};
+        if (clef_engine_decide_passes(e, n, jsons, lens, &o, max_tokens[t], NULL, NULL, got, &err) != CLEF_OK)
+            fail_msg("passes: %s", err.message);
+        for (size_t i = 0; i < n; i++) {
+            if (got[i].body_len != ref[i].body_len || memcmp(got[i].body, ref[i].body, ref[i].body_len))
+                fail_msg("request %zu of %zu, passes of %zu tokens: batched\n%s\nalone\n%s", i, n,
+                         max_tokens[t], got[i].body, ref[i].body);
+            clef_decide_result_free(&got[i]);
+        }
+    }
+    clef_engine_free(e);
+    for (size_t i = 0; i < n; i++) clef_decide_result_free(&ref[i]);
+}
+
 /* ---- threads ---- */
 
 typedef struct worker {
@@ -753,6 +854,8 @@ int main(void) {
         cmocka_unit_test(test_question_sets_on_one_state),
         cmocka_unit_test(test_lru_eviction),
         cmocka_unit_test(test_batch_equals_serial),
+        cmocka_unit_test(test_passes),
+        cmocka_unit_test(test_batch_is_invariant),
         cmocka_unit_test(test_threads_share_a_small_cache),
         cmocka_unit_test(test_reference_kernels_byte_identical),
         cmocka_unit_test(test_refusals),
