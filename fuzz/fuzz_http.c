@@ -102,7 +102,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     if (clef_model_load(fuzz_model_path(), &mp, &g_model, &err) != CLEF_OK)
         FUZZ_SETUP_FAIL("%s", err.message);
     if (srv_keys_add(&g_keys, "fuzz-key", 8, &err) != CLEF_OK) FUZZ_SETUP_FAIL("%s", err.message);
-    static srv_backend backend = {NULL, backend_decide, backend_free, NULL};
+    static srv_backend backend = {.decide = backend_decide, .result_free = backend_free};
     backend.ctx = g_model;
     srv_config cfg = srv_default_config();
     cfg.host = "127.0.0.1";

@@ -71,7 +71,7 @@ static int setup(void **state) {
     clef_error err = {0};
     if (!fx || srv_keys_add(&fx->keys, "k", 1, &err) != CLEF_OK) return -1;
     static const char *const names[] = {"m"};
-    static const srv_backend be = {NULL, never_decide, free_result, NULL};
+    static const srv_backend be = {.decide = never_decide, .result_free = free_result};
     srv_config cfg = srv_default_config();
     cfg.port = 0;
     cfg.keys = &fx->keys;

@@ -2,7 +2,9 @@
  * tests/test_server_concurrency.c — many clients at once against
  * `$CLEF_BIN serve` on the tiny oracle model: 16 threads × 8 requests, good
  * and bad mixed (decisions of every question type, shape and limit errors,
- * wrong keys, unknown routes), on 4 decision workers.  Every answer must be
+ * wrong keys, unknown routes), on 4 decision workers, and again on one
+ * worker that batches up to 16 waiting requests into shared backbone passes
+ * (/metrics must show that batches formed).  Every answer must be
  * byte for byte the one the same request gets when sent alone (with its
  * state already cached, as it is for the concurrent ones), and every
  * request id distinct.
@@ -81,7 +83,7 @@ static void *client_main(void *arg) {
     return NULL;
 }
 
-static int setup(void **state) {
+static int start_world(void **state, const char *const *args) {
     signal(SIGPIPE, SIG_IGN);
     world *w = calloc(1, sizeof *w);
     *state = w;
@@ -90,9 +92,35 @@ static int setup(void **state) {
             fprintf(stderr, "no case '%s' in %s\n", KINDS[k].case_id, CASES);
             return -1;
         }
-    const char *args[] = {"-m", TINY, "-np", "4", "--queue", "512", "-t", "1",
-                          "--api-key", "conc-key", NULL};
     return hc_server_start(&w->srv, args) ? 0 : -1;
+}
+
+static int setup(void **state) {
+    const char *args[] = {"-m", TINY, "-np", "4", "--queue", "512", "-t", "1", "--batch", "1",
+                          "--api-key", "conc-key", NULL};
+    return start_world(state, args);
+}
+
+/* One worker: while it computes, the other clients' requests pile up, and
+ * it takes them 16 at a time; small passes, so a batch spans several. */
+static int setup_batched(void **state) {
+    const char *args[] = {"-m", TINY, "-np", "1", "--queue", "512", "-t", "1", "--batch", "16",
+                          "--batch-tokens", "600", "--api-key", "conc-key", NULL};
+    return start_world(state, args);
+}
+
+/* The value of a counter line "name N" in /metrics, or -1. */
+static long long metric_value(int port, const char *name) {
+    hc_resp r;
+    long long v = -1;
+    if (hc_request(port, "GET", "/metrics", NULL, NULL, &r) && r.body) {
+        char key[128];
+        snprintf(key, sizeof key, "\n%s ", name);
+        const char *at = strstr(r.body, key);
+        if (at) v = strtoll(at + strlen(key), NULL, 10);
+    }
+    hc_free(&r);
+    return v;
 }
 
 static int teardown(void **state) {
@@ -109,8 +137,8 @@ static int teardown(void **state) {
     return 0;
 }
 
-static void test_concurrent_equals_serial(void **state) {
-    world *w = *state;
+/* Every kind alone, then all of them from many clients at once. */
+static void run_mix(world *w) {
     /* Each request alone, twice: the first puts its state in the server's
      * cache, the second answers from it as every concurrent one will (a
      * cache hit agrees with a miss to |dp| <= 1e-6, test_engine checks that;
@@ -143,15 +171,40 @@ static void test_concurrent_equals_serial(void **state) {
         const char *ix = w->got[x / N_PER_THREAD][x % N_PER_THREAD].id;
         for (int y = 0; y < x; y++) assert_string_not_equal(ix, w->got[y / N_PER_THREAD][y % N_PER_THREAD].id);
     }
-    /* And the server is idle again and still exits cleanly. */
+}
+
+/* The server is idle again and still exits cleanly. */
+static void check_idle_and_stop(world *w) {
     assert_true(hc_wait_metric(w->srv.port, "\nclef_queue_depth 0\n"));
     assert_true(hc_wait_metric(w->srv.port, "\nclef_requests_in_flight 0\n"));
     assert_int_equal(hc_server_stop(&w->srv, SIGTERM), 0);
 }
 
+static void test_concurrent_equals_serial(void **state) {
+    world *w = *state;
+    run_mix(w);
+    assert_int_equal(metric_value(w->srv.port, "clef_worker_batches_total"), 0);   /* --batch 1 */
+    check_idle_and_stop(w);
+}
+
+/* The same mix through a batching worker: batches must form, and every
+ * answer is still the one the request gets alone. */
+static void test_batched_equals_serial(void **state) {
+    world *w = *state;
+    run_mix(w);
+    long long batches = metric_value(w->srv.port, "clef_worker_batches_total");
+    long long batched = metric_value(w->srv.port, "clef_worker_batch_requests_total");
+    fprintf(stderr, "worker batches: %lld, holding %lld of %d requests\n", batches, batched,
+            N_THREADS * N_PER_THREAD);
+    assert_true(batches >= 1);
+    assert_true(batched >= 2 * batches);   /* a batch holds two requests or more */
+    check_idle_and_stop(w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_concurrent_equals_serial, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batched_equals_serial, setup_batched, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

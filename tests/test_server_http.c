@@ -134,7 +134,7 @@ static fixture *fixture_new(void) {
 }
 
 static void fixture_start(fixture *fx) {
-    srv_backend be = {&fx->fake, fake_decide, fake_free, NULL};
+    srv_backend be = {.ctx = &fx->fake, .decide = fake_decide, .result_free = fake_free};
     clef_error err = {0};
     clef_status st = srv_start(&fx->cfg, &be, &fx->srv, &err);
     if (st != CLEF_OK) fail_msg("srv_start: %s", err.message);
@@ -891,7 +891,7 @@ static void test_bind_error(void **state) {
     fixture_start(fx);
     fixture *other = fixture_new();
     other->cfg.port = fx->port;   /* taken */
-    srv_backend be = {&other->fake, fake_decide, fake_free, NULL};
+    srv_backend be = {.ctx = &other->fake, .decide = fake_decide, .result_free = fake_free};
     clef_error err = {0};
     srv_server *s2 = NULL;
     assert_int_equal(srv_start(&other->cfg, &be, &s2, &err), CLEF_ERR_IO);

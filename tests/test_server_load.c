@@ -256,8 +256,9 @@ static void test_sigterm_under_load(void **state) {
     /* -c 2048 and a long state: each heavy decision takes a while, so the
      * heavy ones are seen waiting in the queue before the signal.  No state
      * cache: the heavy requests repeat the reference one, and a cache hit
-     * would answer them before they could be seen queued. */
-    const char *args[] = {"-m", ST_TINY, "-np", "1", "-c", "2048", "--cache-mb", "0", NULL};
+     * would answer them before they could be seen queued; no batching, or
+     * the worker would take them all at once. */
+    const char *args[] = {"-m", ST_TINY, "-np", "1", "-c", "2048", "--cache-mb", "0", "--batch", "1", NULL};
     assert_true(hc_server_start(&s, args));
     st_buf big = {0};
     st_puts(&big, "{\"model\":\"clef-tiny-a\",\"state\":\"");

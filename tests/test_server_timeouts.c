@@ -104,7 +104,7 @@ static int setup(void **state) {
 }
 
 static void start(fixture *fx) {
-    srv_backend be = {&fx->gate, gate_decide, gate_free, NULL};
+    srv_backend be = {.ctx = &fx->gate, .decide = gate_decide, .result_free = gate_free};
     clef_error err = {0};
     if (srv_start(&fx->cfg, &be, &fx->srv, &err) != CLEF_OK) fail_msg("srv_start: %s", err.message);
     fx->port = srv_port(fx->srv);

@@ -105,13 +105,17 @@ static void usage(FILE *out) {
         "                            MiB, 0 = off (default 256); hits/misses in /metrics\n"
         "      --queue N             requests that may wait beyond the workers; when all are\n"
         "                            taken the answer is 529 with retry-after (default %d)\n"
+        "      --batch N             a free worker takes up to N waiting requests at once;\n"
+        "                            their backbone work shares passes (default %d; 1 = off)\n"
+        "      --batch-tokens N      backbone tokens per shared pass: past ~256 a bigger pass\n"
+        "                            is no faster on a CPU and only delays answers (default %d)\n"
         "      --drain-timeout S     longest wait for requests on shutdown (default %g)\n"
         "\n"
         "  -v, --verbose             log one line per request on stderr\n"
         "  -h, --help                this text\n",
         d.host, d.port, d.max_connections, d.http_threads, d.max_body,
         REQ_DEFAULT_MAX_QUESTIONS, REQ_MAX_CHOICES, REQ_MAX_DEPTH_LIMIT, PYJSON_DEFAULT_MAX_DEPTH,
-        hto, rto, d.timeout_s, d.workers, d.queue, d.drain_timeout_s);
+        hto, rto, d.timeout_s, d.workers, d.queue, d.batch, d.batch_tokens, d.drain_timeout_s);
 }
 
 typedef struct serve_args {
@@ -119,7 +123,7 @@ typedef struct serve_args {
     const char *key_files[16];
     size_t n_key_files;
     srv_keys keys;
-    int port, threads, workers, queue, http_threads, ctx_size, timeout_s, max_connections;
+    int port, threads, workers, queue, batch, batch_tokens, http_threads, ctx_size, timeout_s, max_connections;
     int max_questions, max_choices, max_depth;
     int cache_mb;               /* backbone state cache budget, MiB; 0 = off */
     size_t max_body;
@@ -173,7 +177,7 @@ static bool flag_is(const char *f, const char *name, const char *alt) {
 static bool takes_value(const char *f) {
     static const char *const flags[] = {
         "-m", "--model", "-a", "--alias", "--description", "--release-date", "--host",
-        "--confidence", "--port", "-t", "--threads", "-np", "--parallel", "--workers", "--queue",
+        "--confidence", "--port", "-t", "--threads", "-np", "--parallel", "--workers", "--queue", "--batch", "--batch-tokens",
         "--threads-http", "-c", "--ctx-size", "--timeout", "--max-connections", "--max-body",
         "--drain-timeout", "--api-key", "--api-key-file", "--max-questions", "--max-choices",
         "--max-depth", "--header-timeout", "--request-timeout", "--cache-mb"};
@@ -186,6 +190,7 @@ static bool takes_value(const char *f) {
 static int parse_args(int argc, char **argv, serve_args *a) {
     srv_config d = srv_default_config();
     *a = (serve_args){.host = d.host, .port = d.port, .workers = d.workers, .queue = d.queue,
+                      .batch = d.batch, .batch_tokens = d.batch_tokens,
                       .http_threads = d.http_threads, .timeout_s = d.timeout_s,
                       .max_connections = d.max_connections, .max_body = d.max_body,
                       .drain_timeout_s = d.drain_timeout_s, .confidence = "typesafe",
@@ -221,6 +226,8 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         else if (IS("-t", "--threads")) ok = parse_int(f, v, 0, 4096, &a->threads);
         else if (IS("-np", "--parallel") || IS("--workers", NULL)) ok = parse_int(f, v, 1, 1024, &a->workers);
         else if (IS("--queue", NULL)) ok = parse_int(f, v, 0, 1 << 20, &a->queue);
+        else if (IS("--batch", NULL)) ok = parse_int(f, v, 1, 1024, &a->batch);
+        else if (IS("--batch-tokens", NULL)) ok = parse_int(f, v, 1, 1 << 24, &a->batch_tokens);
         else if (IS("--cache-mb", NULL)) ok = parse_int(f, v, 0, 1 << 20, &a->cache_mb);
         else if (IS("--threads-http", NULL)) ok = parse_int(f, v, 1, 1024, &a->http_threads);
         else if (IS("-c", "--ctx-size")) ok = parse_int(f, v, 0, INT_MAX, &a->ctx_size);
@@ -295,6 +302,16 @@ static clef_status backend_decide(void *ctx, const char *json, size_t len,
     return clef_engine_decide(ctx, json, len, options, result, err);
 }
 
+/* Several waiting requests: their backbone work in shared passes. */
+static clef_status backend_decide_passes(void *ctx, size_t n, const char *const *jsons,
+                                         const size_t *lens, const clef_decide_options *options,
+                                         size_t max_tokens, void (*done)(size_t i, void *done_ctx),
+                                         void *done_ctx, clef_decide_result *results,
+                                         clef_error *err) {
+    return clef_engine_decide_passes(ctx, n, jsons, lens, options, max_tokens, done, done_ctx,
+                                     results, err);
+}
+
 /* The engine's cache counters as Prometheus text (malloc'd). */
 static char *backend_metrics(void *ctx) {
     clef_engine_stats st;
@@ -338,7 +355,8 @@ static int serve(const serve_args *a, clef_model *model, srv_config *cfg) {
         fprintf(stderr, "clef serve: %s\n", err.message);
         return 1;
     }
-    srv_backend backend = {engine, backend_decide, backend_result_free, backend_metrics};
+    srv_backend backend = {.ctx = engine, .decide = backend_decide, .result_free = backend_result_free,
+                           .metrics_text = backend_metrics, .decide_passes = backend_decide_passes};
     if (srv_start(cfg, &backend, &srv, &err) != CLEF_OK) {
         fprintf(stderr, "clef serve: %s\n", err.message);
         clef_engine_free(engine);
@@ -347,8 +365,9 @@ static int serve(const serve_args *a, clef_model *model, srv_config *cfg) {
     fprintf(stderr, "clef serve: model '%s' (%s) from %s\n", cfg->model_names[0],
             clef_model_arch(model), a->model_path);
     bool v6 = strchr(a->host, ':') != NULL;   /* an IPv6 literal goes in brackets */
-    fprintf(stderr, "clef serve: listening on http://%s%s%s:%d (%d decision worker%s, queue %d, %s)\n",
+    fprintf(stderr, "clef serve: listening on http://%s%s%s:%d (%d decision worker%s, queue %d, batch %d, %s)\n",
             v6 ? "[" : "", a->host, v6 ? "]" : "", srv_port(srv), a->workers, a->workers == 1 ? "" : "s", a->queue,
+            a->batch,
             a->keys.n ? "API keys required" : "no API key");
     fflush(stderr);
     sigset_t set;
@@ -409,6 +428,8 @@ static int run(serve_args *a) {
     cfg.http_threads = a->http_threads;
     cfg.workers = a->workers;
     cfg.queue = a->queue;
+    cfg.batch = a->batch;
+    cfg.batch_tokens = a->batch_tokens;
     cfg.max_body = a->max_body;
     cfg.timeout_s = a->timeout_s;
     cfg.header_timeout_s = a->header_timeout_s;

@@ -412,24 +412,25 @@ static size_t cancel_jobs(srv_server *s, srv_job_pred pred) {
     return finish_jobs(s, pred, NULL, cancel);
 }
 
-static void run_decision(srv_request *r) {
-    srv_server *s = r->srv;
+/* The options every decision of this server runs with. */
+static clef_decide_options decide_options(const srv_server *s) {
     clef_decide_options opt = s->cfg.decide;
     opt.model_name = s->cfg.model_names[0];
     if (s->cfg.strict_model) {   /* the backend refuses other names: 400 Unknown model */
         opt.accept_models = s->accept;
         opt.n_accept_models = s->n_accept;
     }
-    clef_error err;
-    clef_err_clear(&err);
-    memset(&r->result, 0, sizeof r->result);
-    r->has_result = true;
-    clef_status st = s->backend.decide(s->backend.ctx, r->body ? r->body : "", r->len, &opt,
-                                       &r->result, &err);
+    return opt;
+}
+
+/* r->result came back from the backend with status st: keep its answer, or
+ * log why not and answer 500. */
+static void take_result(srv_request *r, clef_status st, const clef_error *err) {
+    srv_server *s = r->srv;
     int code = r->result.http_status;
     if (st != CLEF_OK || code < 100 || code > 599 || !r->result.body) {
         fprintf(s->cfg.log, "clef serve: %s: decision failed: %s (%s)\n", r->id,
-                st != CLEF_OK ? err.message : "the backend returned no answer",
+                st != CLEF_OK ? err->message : "the backend returned no answer",
                 clef_status_name(st));
         r->status = 500;
         r->out = strdup(BODY_INTERNAL);
@@ -438,22 +439,98 @@ static void run_decision(srv_request *r) {
     r->status = code;
 }
 
-static void run_job(srv_job *job, void *ctx) {
-    (void)ctx;
-    srv_request *r = (srv_request *)job;
-    r->t_start = now_ms();
-    if (peer_closed(r->fd)) {
-        cancel(r);
-        return;
-    }
-    if (job_expired(job, &r->t_start)) {
-        time_out(r);
-        return;
-    }
-    run_decision(r);
+/* The answer is stored: hand r back to the HTTP thread (r is its from here on). */
+static void complete(srv_request *r) {
     r->t_end = now_ms();
     atomic_store(&r->state, REQ_DONE);
-    MHD_resume_connection(r->conn);   /* r belongs to the HTTP thread from here on */
+    MHD_resume_connection(r->conn);
+}
+
+static void run_decision(srv_request *r) {
+    srv_server *s = r->srv;
+    clef_decide_options opt = decide_options(s);
+    clef_error err;
+    clef_err_clear(&err);
+    memset(&r->result, 0, sizeof r->result);
+    r->has_result = true;
+    clef_status st = s->backend.decide(s->backend.ctx, r->body ? r->body : "", r->len, &opt,
+                                       &r->result, &err);
+    take_result(r, st, &err);
+    complete(r);
+}
+
+/* A batch on its way through the backend's passes. */
+typedef struct srv_batch {
+    srv_request **reqs;         /* [n] */
+    clef_decide_result *results;
+    bool *done;
+} srv_batch;
+
+static void batch_done(size_t i, void *ctx) {
+    srv_batch *b = ctx;
+    srv_request *r = b->reqs[i];
+    r->result = b->results[i];  /* the request owns the result from here */
+    r->has_result = true;
+    b->done[i] = true;
+    take_result(r, CLEF_OK, NULL);
+    complete(r);
+}
+
+/* n >= 2 live requests through the backend's shared passes; each is
+ * answered as its pass ends.  If the backend fails, the ones not yet
+ * answered get 500.  Without memory for the batch, one at a time. */
+static void run_batch(srv_server *s, srv_request **reqs, size_t n) {
+    const char **bodies = calloc(n, sizeof *bodies);
+    size_t *lens = calloc(n, sizeof *lens);
+    srv_batch b = {reqs, calloc(n, sizeof *b.results), calloc(n, sizeof *b.done)};
+    if (!bodies || !lens || !b.results || !b.done) {
+        for (size_t i = 0; i < n; i++) run_decision(reqs[i]);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            bodies[i] = reqs[i]->body ? reqs[i]->body : "";
+            lens[i] = reqs[i]->len;
+        }
+        srv_metrics_count_batch(&s->metrics, n);
+        clef_decide_options opt = decide_options(s);
+        clef_error err;
+        clef_err_clear(&err);
+        clef_status st = s->backend.decide_passes(s->backend.ctx, n, bodies, lens, &opt,
+                                                  (size_t)s->cfg.batch_tokens, batch_done, &b,
+                                                  b.results, &err);
+        for (size_t i = 0; i < n; i++)
+            if (!b.done[i]) {
+                reqs[i]->has_result = false;
+                take_result(reqs[i], st != CLEF_OK ? st : CLEF_ERR_INTERNAL, &err);
+                complete(reqs[i]);
+            }
+    }
+    free(b.done);
+    free(b.results);
+    free(lens);
+    free(bodies);
+}
+
+/* A worker's jobs: the ones whose client left or whose deadline passed are
+ * finished at once; the rest are decided, together when the backend can. */
+static void run_jobs(srv_job *jobs, size_t n, void *ctx) {
+    srv_server *s = ctx;
+    srv_request **live = calloc(n, sizeof *live);
+    size_t m = 0;
+    for (srv_job *job = jobs, *next; job; job = next) {
+        next = job->next;   /* read first: a finished request is no longer ours */
+        srv_request *r = (srv_request *)job;
+        r->t_start = now_ms();
+        if (peer_closed(r->fd)) cancel(r);
+        else if (job_expired(job, &r->t_start)) time_out(r);
+        else if (!live) run_decision(r);   /* no memory for a batch: one at a time */
+        else live[m++] = r;
+    }
+    if (m == 1 || (m > 1 && !s->backend.decide_passes)) {
+        for (size_t i = 0; i < m; i++) run_decision(live[i]);
+    } else if (m > 1) {
+        run_batch(s, live, m);
+    }
+    free(live);
 }
 
 static void suspend_request(void *arg) {
@@ -728,6 +805,8 @@ srv_config srv_default_config(void) {
         .http_threads = 2,
         .workers = 1,
         .queue = 64,
+        .batch = 8,
+        .batch_tokens = 256,
         .max_body = 1u << 20,
         .timeout_s = 60,
         .header_timeout_s = 30,
@@ -788,6 +867,8 @@ static char *build_models_body(const srv_config *c) {
 
 static clef_status check_config(const srv_config *c, clef_error *err) {
     if (c->workers < 1) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "--parallel must be at least 1 (got %d)", c->workers);
+    if (c->batch < 1) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "--batch must be at least 1 (got %d)", c->batch);
+    if (c->batch_tokens < 1) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "--batch-tokens must be at least 1 (got %d)", c->batch_tokens);
     if (c->queue < 0) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "--queue must be 0 or more (got %d)", c->queue);
     if (c->http_threads < 1) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "--threads-http must be at least 1 (got %d)", c->http_threads);
     if (c->max_body < 1) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "--max-body must be at least 1 byte");
@@ -856,7 +937,8 @@ clef_status srv_start(const srv_config *cfg, const srv_backend *backend, srv_ser
     for (size_t i = 0; s->accept && i < cfg->n_model_names; i++) s->accept[s->n_accept++] = cfg->model_names[i];
     if (s->accept && cfg->model_extra_name) s->accept[s->n_accept++] = cfg->model_extra_name;
     if (st == CLEF_OK)
-        st = srv_queue_start(&s->queue, (size_t)cfg->workers, (size_t)cfg->queue, run_job, s, err);
+        st = srv_queue_start(&s->queue, (size_t)cfg->workers, (size_t)cfg->queue, (size_t)cfg->batch,
+                             run_jobs, s, err);
     s->queue_started = st == CLEF_OK;
     if (st == CLEF_OK) st = start_reaper(s, err);
     if (st == CLEF_OK) st = open_listener(cfg->host, cfg->port, &s->listen_fd, &s->port, err);

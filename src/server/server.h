@@ -22,7 +22,11 @@
  *
  * Concurrency: requests that pass auth and size checks wait in a bounded
  * queue for `workers` decision threads; when workers + queue are all taken
- * the answer is 529 with retry-after.  A waiting request whose client has
+ * the answer is 529 with retry-after.  A worker that comes free takes every
+ * waiting request, up to `batch`, and (with a decide_passes backend) runs
+ * their backbone work in shared passes of up to batch_tokens tokens: short
+ * requests share the matrix products, and each is answered as soon as its
+ * pass is done.  It never waits for more requests to arrive.  A waiting request whose client has
  * closed its connection is dropped (checked when a worker takes it, whenever
  * the queue is full and by the reaper; a client that half-closes its sending
  * side after the request counts as gone).  A decision already computing runs
@@ -69,6 +73,13 @@ typedef struct srv_backend {
     /* Optional: more Prometheus text for /metrics (malloc'd, caller frees;
      * NULL = nothing to add), e.g. the backend's cache counters. */
     char *(*metrics_text)(void *ctx);
+    /* Optional: several requests at once, the contract of
+     * clef_engine_decide_passes (done(i, done_ctx) as each result is final).
+     * NULL: the workers call decide once per request. */
+    clef_status (*decide_passes)(void *ctx, size_t n, const char *const *jsons, const size_t *lens,
+                                 const clef_decide_options *options, size_t max_tokens,
+                                 void (*done)(size_t i, void *done_ctx), void *done_ctx,
+                                 clef_decide_result *results, clef_error *err);
 } srv_backend;
 
 typedef struct srv_config {
@@ -77,6 +88,8 @@ typedef struct srv_config {
     int http_threads;           /* libmicrohttpd I/O threads; default 2                 */
     int workers;                /* decision workers (requests computed at once); 1      */
     int queue;                  /* requests that may wait beyond the workers; 64        */
+    int batch;                  /* most waiting requests a worker takes at once; 8      */
+    int batch_tokens;           /* backbone tokens per pass within a batch; 256         */
     size_t max_body;            /* largest POST body in bytes, else 413; 1 MiB          */
     int timeout_s;              /* idle connection timeout (s); 60                      */
     double header_timeout_s;    /* open / previous answer → headers in; 0 = none; 30    */

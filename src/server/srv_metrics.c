@@ -53,6 +53,13 @@ void srv_metrics_count_timed_out(srv_metrics *m) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_count_batch(srv_metrics *m, size_t n) {
+    pthread_mutex_lock(&m->mu);
+    m->batches++;
+    m->batch_requests += n;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void observe(srv_histogram *h, double ms) {
     double s = ms > 0 ? ms / 1000.0 : 0.0;
     int b = 0;
@@ -93,6 +100,14 @@ static void render_requests(FILE *f, const srv_metrics *m) {
                "headers or body too slowly (--header-timeout, --request-timeout).\n"
                "# TYPE clef_connections_timed_out_total counter\n"
                "clef_connections_timed_out_total %llu\n", (unsigned long long)m->timed_out);
+    fprintf(f, "# HELP clef_worker_batches_total Times a decision worker took requests to compute "
+               "together (their backbone work shares passes).\n"
+               "# TYPE clef_worker_batches_total counter\n"
+               "clef_worker_batches_total %llu\n"
+               "# HELP clef_worker_batch_requests_total Requests those batches held.\n"
+               "# TYPE clef_worker_batch_requests_total counter\n"
+               "clef_worker_batch_requests_total %llu\n",
+            (unsigned long long)m->batches, (unsigned long long)m->batch_requests);
 }
 
 static void render_tokens(FILE *f, const srv_metrics *m) {

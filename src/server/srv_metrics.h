@@ -10,6 +10,8 @@
  *   connections_timed_out_total            counter, connections cut for slow headers/body
  *   tokens_total{kind=input|state|state_used}  counter, from answered decisions
  *   state_cut_total                        counter, decisions whose state was cut
+ *   worker_batches_total / worker_batch_requests_total  counters: worker runs and
+ *                                          the requests they took together
  *   queue_depth / requests_in_flight / queue_capacity / workers   gauges
  *   stage_duration_seconds{stage}          histogram: queue, parse, tokenize,
  *                                          backbone, head, total
@@ -55,6 +57,7 @@ typedef struct srv_metrics {
     uint64_t status_count[SRV_ROUTE_COUNT][SRV_METRICS_STATUS_SLOTS];
     uint64_t cancelled;
     uint64_t timed_out;
+    uint64_t batches, batch_requests;
     uint64_t input_tokens, state_tokens, state_tokens_used, state_cuts;
     srv_histogram stage[SRV_STAGE_COUNT];
 } srv_metrics;
@@ -70,6 +73,8 @@ void srv_metrics_destroy(srv_metrics *m);
 void srv_metrics_count_request(srv_metrics *m, srv_route route, int status);
 void srv_metrics_count_cancelled(srv_metrics *m);
 void srv_metrics_count_timed_out(srv_metrics *m);
+/* A worker took n requests to compute together. */
+void srv_metrics_count_batch(srv_metrics *m, size_t n);
 /* One answered decision: tokens and per-stage milliseconds (indexed by srv_stage). */
 void srv_metrics_count_decision(srv_metrics *m, int64_t input_tokens, int64_t state_tokens,
                                 int64_t state_tokens_used, const double stage_ms[SRV_STAGE_COUNT]);

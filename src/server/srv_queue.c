@@ -6,38 +6,55 @@
 
 #include "core/error.h"
 
+/* Take up to q->batch jobs off the head (q->mu held, queue not empty). */
+static srv_job *take_jobs(srv_queue *q, size_t *n) {
+    srv_job *first = q->head, *last = first;
+    size_t k = 1;
+    while (k < q->batch && last->next) {
+        last = last->next;
+        k++;
+    }
+    q->head = last->next;
+    if (!q->head) q->tail = NULL;
+    last->next = NULL;
+    q->waiting -= k;
+    q->running += k;
+    *n = k;
+    return first;
+}
+
 static void *worker_main(void *arg) {
     srv_queue *q = arg;
     pthread_mutex_lock(&q->mu);
     for (;;) {
         while (!q->head && !q->closing) pthread_cond_wait(&q->work, &q->mu);
         if (!q->head) break;    /* closing and drained */
-        srv_job *job = q->head;
-        q->head = job->next;
-        if (!q->head) q->tail = NULL;
-        job->next = NULL;
-        q->waiting--;
-        q->running++;
+        size_t n;
+        srv_job *jobs = take_jobs(q, &n);
+        q->busy++;
         pthread_mutex_unlock(&q->mu);
-        q->run(job, q->ctx);
+        q->run(jobs, n, q->ctx);
         pthread_mutex_lock(&q->mu);
-        q->running--;
+        q->busy--;
+        q->running -= n;
         if (!q->waiting && !q->running) pthread_cond_broadcast(&q->idle);
     }
     pthread_mutex_unlock(&q->mu);
     return NULL;
 }
 
-clef_status srv_queue_start(srv_queue *q, size_t workers, size_t capacity, srv_job_fn run,
-                            void *ctx, clef_error *err) {
+clef_status srv_queue_start(srv_queue *q, size_t workers, size_t capacity, size_t batch,
+                            srv_job_fn run, void *ctx, clef_error *err) {
     memset(q, 0, sizeof *q);
     if (workers == 0) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "need at least one decision worker");
+    if (batch == 0) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "a worker must take at least one request at a time");
     q->threads = calloc(workers, sizeof *q->threads);
     if (!q->threads) return clef_err_set(err, CLEF_ERR_NOMEM, "out of memory for %zu workers", workers);
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->work, NULL);
     pthread_cond_init(&q->idle, NULL);
     q->capacity = capacity;
+    q->batch = batch;
     q->run = run;
     q->ctx = ctx;
     for (size_t i = 0; i < workers; i++) {
@@ -53,7 +70,7 @@ clef_status srv_queue_start(srv_queue *q, size_t workers, size_t capacity, srv_j
 
 bool srv_queue_push(srv_queue *q, srv_job *job, void (*admit)(void *arg), void *arg) {
     pthread_mutex_lock(&q->mu);
-    bool ok = !q->closing && q->waiting + q->running < q->n_threads + q->capacity;
+    bool ok = !q->closing && q->waiting + q->busy < q->n_threads + q->capacity;
     if (ok) {
         if (admit) admit(arg);
         job->next = NULL;

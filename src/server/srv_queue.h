@@ -4,11 +4,14 @@
  *
  * Contract: jobs are intrusive (the caller embeds a srv_job in its own
  * record and owns it); the queue never allocates per job.  A push is
- * admitted while waiting + running < workers + capacity, so `capacity` is
- * how many requests may wait beyond the ones being computed; a refused push
- * returns false and the caller answers 529.  Each admitted job is passed to
- * run(job, ctx) exactly once, on a worker thread, unless srv_queue_remove_if
- * takes it out first (then the caller finishes it).  srv_queue_stop lets the
+ * admitted while waiting + busy workers < workers + capacity, so `capacity`
+ * is how many requests may wait beyond the ones being computed; a refused
+ * push returns false and the caller answers 529.  A worker that comes free
+ * takes up to `batch` waiting jobs at once (as many as are there: it never
+ * waits for more) and passes them to run(jobs, n, ctx) as a list linked
+ * through ->next, in queue order.  Each admitted job is passed to run
+ * exactly once, unless srv_queue_remove_if takes it out first (then the
+ * caller finishes it).  srv_queue_stop lets the
  * workers finish every admitted job, then joins them.  All functions are
  * thread-safe.
  */
@@ -25,7 +28,7 @@ typedef struct srv_job {
     struct srv_job *next;
 } srv_job;
 
-typedef void (*srv_job_fn)(srv_job *job, void *ctx);
+typedef void (*srv_job_fn)(srv_job *jobs, size_t n, void *ctx);
 typedef bool (*srv_job_pred)(srv_job *job, void *ctx);
 
 typedef struct srv_queue {
@@ -33,7 +36,9 @@ typedef struct srv_queue {
     pthread_cond_t work;        /* a job arrived or the queue is closing   */
     pthread_cond_t idle;        /* nothing waiting and nothing running      */
     srv_job *head, *tail;
-    size_t waiting, running;
+    size_t waiting, running;    /* jobs                                     */
+    size_t busy;                /* workers inside run                       */
+    size_t batch;               /* most jobs one run takes                  */
     size_t capacity;
     bool closing;
     pthread_t *threads;         /* n_threads workers                        */
@@ -42,8 +47,8 @@ typedef struct srv_queue {
     void *ctx;
 } srv_queue;
 
-clef_status srv_queue_start(srv_queue *q, size_t workers, size_t capacity, srv_job_fn run,
-                            void *ctx, clef_error *err);
+clef_status srv_queue_start(srv_queue *q, size_t workers, size_t capacity, size_t batch,
+                            srv_job_fn run, void *ctx, clef_error *err);
 
 /* Admit a job, or return false when full or closing.  When admitted and
  * admit is non-NULL, admit(arg) runs under the queue lock before any worker
