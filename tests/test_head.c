@@ -161,14 +161,15 @@ static gguf_file *open_tiny(const char *variant) {
 
 /* Run every case through (head, rows); compare logits and float64 softmax
  * probabilities with the top-level reference, return the max deltas. */
-static void score_all(const oracle *orc, const head_model *h, const head_rows *rows,
-                      double tol_logit, double tol_prob, const char *label) {
+static void score_all(const oracle *orc, const head_model *h, const cpu_target *cpu,
+                      const head_rows *rows, double tol_logit, double tol_prob, const char *label) {
     double max_dl = 0.0, max_dp = 0.0;
     for (int i = 0; i < orc->n; i++) {
         const oracle_case *c = &orc->cases[i];
         float *lg = xmalloc((size_t)c->no * sizeof *lg);
         clef_error err = {0};
-        if (head_score(h, rows, c->hidden, c->ids, c->T, c->qs, c->nq, lg, &err) != CLEF_OK)
+        if (head_score_on(h, NULL, cpu, rows, c->hidden, c->ids, c->T, c->qs, c->nq, lg, &err) !=
+            CLEF_OK)
             fail_msg("%s %s: %s", label, c->id, err.message);
         int o0 = 0;
         for (int q = 0; q < c->nq; q++) {
@@ -196,7 +197,9 @@ static void score_all(const oracle *orc, const head_model *h, const head_rows *r
 }
 
 /* The head and the LM-head rows of one variant file. */
-static void check_variant(void **state, const char *variant, double tol_logit, double tol_prob) {
+/* cpu NULL: the reference dots. */
+static void check_variant(void **state, const char *variant, const cpu_target *cpu,
+                          double tol_logit, double tol_prob) {
     const oracle *orc = *state;
     gguf_file *f = open_tiny(variant);
     head_model *h = NULL;
@@ -213,14 +216,31 @@ static void check_variant(void **state, const char *variant, double tol_logit, d
     assert_int_equal(head_rows_from_file(f, hp->n_embd, &rows, &err), CLEF_OK);
     assert_int_equal(rows.n_rows, 832);
     char label[64];
-    snprintf(label, sizeof label, "%s file", variant);
-    score_all(orc, h, &rows, tol_logit, tol_prob, label);
+    snprintf(label, sizeof label, "%s file, %s", variant, cpu ? cpu_target_name(cpu) : "reference");
+    score_all(orc, h, cpu, &rows, tol_logit, tol_prob, label);
     head_free(h);
     gguf_close(f);
 }
 
 /* F32 file: README "F32 file" row, 1e-4 / 2e-5. */
-static void test_f32_file(void **state) { check_variant(state, "F32", 1e-4, 2e-5); }
+static void test_f32_file(void **state) { check_variant(state, "F32", NULL, 1e-4, 2e-5); }
+
+/* The head's products on each fast path this CPU has (the backbone's f32
+ * matmul) stay inside the same F32 tolerance as the reference dots. */
+static void test_f32_file_fast_paths(void **state) {
+    cpu_features f;
+    cpu_detect(&f);
+    int ran = 0;
+    for (cpu_path p = CPU_PATH_AVX2; p <= CPU_PATH_AVX512; p++) {
+        if (!cpu_path_supported(&f, p)) continue;
+        cpu_target t;
+        clef_error err = {0};
+        assert_int_equal(cpu_choose(cpu_path_name(p), &f, &t, &err), CLEF_OK);
+        check_variant(state, "F32", &t, 1e-4, 2e-5);
+        ran++;
+    }
+    if (!ran) printf("[ head ] no fast path on this CPU: only the reference was checked\n");
+}
 
 /* BF16/Q8_0 files fed the F32 hidden states: only output.weight differs from
  * the F32 file (the head tensors are F32 in all three), so what is measured
@@ -228,8 +248,8 @@ static void test_f32_file(void **state) { check_variant(state, "F32", 1e-4, 2e-5
  * exactly this expectation (variants.* use that variant's own hidden states),
  * so the justified bound is "BF16/Q8_0 file, any kernels" vs the top-level
  * F32 logits: 0.1 / 0.02 and 0.5 / 0.05. */
-static void test_bf16_file(void **state) { check_variant(state, "BF16", 0.1, 0.02); }
-static void test_q8_0_file(void **state) { check_variant(state, "Q8_0", 0.5, 0.05); }
+static void test_bf16_file(void **state) { check_variant(state, "BF16", NULL, 0.1, 0.02); }
+static void test_q8_0_file(void **state) { check_variant(state, "Q8_0", NULL, 0.5, 0.05); }
 
 /* The head tensors of the BF16/Q8_0 files (scorer_out 2-D in one, 1-D in the
  * other) with the F32 file's LM-head rows: the F32 expectations exactly. */
@@ -246,7 +266,7 @@ static void test_variant_heads_with_f32_rows(void **state) {
         if (head_load(f, &h, &err) != CLEF_OK) fail_msg("%s: %s", variants[i], err.message);
         char label[64];
         snprintf(label, sizeof label, "%s head, F32 rows", variants[i]);
-        score_all(orc, h, &rows, 1e-4, 2e-5, label);
+        score_all(orc, h, NULL, &rows, 1e-4, 2e-5, label);
         head_free(h);
         gguf_close(f);
     }
@@ -528,14 +548,14 @@ static int total_options(const oracle *orc) {
 
 /* Logits of every oracle case, concatenated (malloc'd). */
 static float *score_cases(const oracle *orc, const head_model *h, tp_pool *pool,
-                          const head_rows *rows) {
+                          const cpu_target *cpu, const head_rows *rows) {
     float *lg = xmalloc((size_t)total_options(orc) * sizeof *lg);
     clef_error err = {0};
     int o = 0;
     for (int i = 0; i < orc->n; i++) {
         const oracle_case *c = &orc->cases[i];
         clef_status st =
-            head_score_pool(h, pool, rows, c->hidden, c->ids, c->T, c->qs, c->nq, lg + o, &err);
+            head_score_on(h, pool, cpu, rows, c->hidden, c->ids, c->T, c->qs, c->nq, lg + o, &err);
         if (st != CLEF_OK)
             fail_msg("%s: %s", c->id, err.message);
         o += c->no;
@@ -552,7 +572,7 @@ static float *score_buffer(const oracle *orc, const void *buf, size_t len) {
     if (head_load(f, &h, &err) != CLEF_OK) fail_msg("%s", err.message);
     head_rows rows;
     assert_int_equal(head_rows_from_file(f, 64, &rows, &err), CLEF_OK);
-    float *lg = score_cases(orc, h, NULL, &rows);
+    float *lg = score_cases(orc, h, NULL, NULL, &rows);
     head_free(h);
     gguf_close(f);
     return lg;
@@ -569,11 +589,21 @@ static void test_pool_gives_same_logits(void **state) {
     assert_int_equal(head_rows_from_file(f, 64, &rows, &err), CLEF_OK);
     tp_pool *pool = NULL;
     assert_int_equal(tp_create(3, &pool, &err), CLEF_OK);
-    float *a = score_cases(orc, h, NULL, &rows);
-    float *b = score_cases(orc, h, pool, &rows);
+    float *a = score_cases(orc, h, NULL, NULL, &rows);
+    float *b = score_cases(orc, h, pool, NULL, &rows);
     assert_memory_equal(a, b, (size_t)total_options(orc) * sizeof *a);
     free(a);
     free(b);
+    cpu_features feat;   /* and on the best fast path: 1 thread vs 3, bit for bit */
+    cpu_detect(&feat);
+    cpu_target t;
+    if (cpu_choose(NULL, &feat, &t, &err) == CLEF_OK && t.path != CPU_PATH_REF) {
+        a = score_cases(orc, h, NULL, &t, &rows);
+        b = score_cases(orc, h, pool, &t, &rows);
+        assert_memory_equal(a, b, (size_t)total_options(orc) * sizeof *a);
+        free(a);
+        free(b);
+    }
     tp_free(pool);
     head_free(h);
     gguf_close(f);
@@ -611,6 +641,7 @@ static void test_head_stored_in_other_types(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32_file),
+        cmocka_unit_test(test_f32_file_fast_paths),
         cmocka_unit_test(test_bf16_file),
         cmocka_unit_test(test_q8_0_file),
         cmocka_unit_test(test_variant_heads_with_f32_rows),

@@ -105,8 +105,8 @@ static clef_status score_questions(const clef_model *m, const enc_record *rec,
             spans[k] = (head_span){(int32_t)eq->option_spans[o].start,
                                    (int32_t)eq->option_spans[o].end};
     }
-    st = head_score_pool(m->head, model_pool(m), &rows, hidden, rec->ids, (int)rec->n_ids, qs,
-                         (int)rec->n_questions, out, err);
+    st = head_score_on(m->head, model_pool(m), &model_backbone(m)->cpu, &rows, hidden, rec->ids,
+                       (int)rec->n_ids, qs, (int)rec->n_questions, out, err);
     for (size_t i = 0; st == CLEF_OK && i < n_logits; i++) logits[i] = out[i];
 done:
     free(out);

@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/threadpool.h"
 #include "kernels/dequant.h"
+#include "kernels/matmul.h"
 
 /* LayerNorm parameters, [n] each. */
 typedef struct head_norm {
@@ -441,15 +442,33 @@ static void linear_task(void *ctx, int ith, int nth) {
     linear_part(j, (int)o0, (int)o1);
 }
 
-/* y[n][out] = x[n][in] · w[out][in]ᵀ (+ b).  Output features are shared
- * out over the pool (NULL: this thread) when the product is big enough to
- * pay for the hand-off; every output is the same dot either way, so the
- * result does not depend on the thread count. */
-static void linear(tp_pool *pool, const float *x, int n, int in, const float *w, const float *b,
+/* Where the head's products run: the model's kernels, or (cpu NULL or the
+ * ref path) the dot above. */
+typedef struct head_exec {
+    tp_pool *pool;            /* may be NULL                               */
+    const cpu_target *cpu;    /* may be NULL: reference dots               */
+    mm_workspace ws;          /* the fast kernels' scratch, freed by score */
+} head_exec;
+
+/* y[n][out] = x[n][in] · w[out][in]ᵀ (+ b).  On a fast path this is the
+ * backbone's f32 matmul (f32 weights, f32 FMA), which is ~10x the plain
+ * dot; on the reference path output features are shared out over the pool
+ * when the product is big enough to pay for the hand-off.  Either way every
+ * output is summed in an order fixed by the shapes, so the result does not
+ * depend on the thread count. */
+static void linear(head_exec *ex, const float *x, int n, int in, const float *w, const float *b,
                    int out, float *y) {
+    mm_weight mw;
+    if (ex->cpu && ex->cpu->path != CPU_PATH_REF &&
+        mm_weight_init(&mw, CLEF_DTYPE_F32, w, in, out)) {
+        mm_matmul_ex(ex->cpu, ex->pool, &mw, x, y, n, &ex->ws);
+        for (size_t t = 0; b && t < (size_t)n; t++)
+            for (int o = 0; o < out; o++) y[t * (size_t)out + o] += b[o];
+        return;
+    }
     linear_job j = {.x = x, .w = w, .b = b, .y = y, .n = n, .in = in, .out = out};
-    if (pool && tp_size(pool) > 1 && (double)n * in * out >= (double)(1 << 16))
-        tp_run(pool, linear_task, &j);
+    if (ex->pool && tp_size(ex->pool) > 1 && (double)n * in * out >= (double)(1 << 16))
+        tp_run(ex->pool, linear_task, &j);
     else
         linear_part(&j, 0, out);
 }
@@ -478,7 +497,7 @@ static void add_to(float *y, const float *x, size_t n) {
 
 /* Scratch shared by the attention and FFN helpers. */
 typedef struct head_work {
-    tp_pool *pool;  /* may be NULL       */
+    head_exec *ex;  /* the products      */
     float *q;       /* [n_query_max][W] */
     float *k;       /* [n_kv_max][W]    */
     float *v;       /* [n_kv_max][W]    */
@@ -494,9 +513,9 @@ static void mha(const head_attn *a, const float *q_in, int nq, const float *kv_i
                 int heads, head_work *w, float *out) {
     const int dh = W / heads;
     const float scale = 1.0f / sqrtf((float)dh);
-    linear(w->pool, q_in, nq, W, a->wq, a->bq, W, w->q);
-    linear(w->pool, kv_in, nk, W, a->wk, a->bk, W, w->k);
-    linear(w->pool, kv_in, nk, W, a->wv, a->bv, W, w->v);
+    linear(w->ex, q_in, nq, W, a->wq, a->bq, W, w->q);
+    linear(w->ex, kv_in, nk, W, a->wk, a->bk, W, w->k);
+    linear(w->ex, kv_in, nk, W, a->wv, a->bv, W, w->v);
     for (int i = 0; i < nq; i++) {
         for (int hd = 0; hd < heads; hd++) {
             const float *qi = w->q + (size_t)i * W + hd * dh;
@@ -519,16 +538,16 @@ static void mha(const head_attn *a, const float *q_in, int nq, const float *kv_i
             }
         }
     }
-    linear(w->pool, w->ctx, nq, W, a->wo, a->bo, W, out);
+    linear(w->ex, w->ctx, nq, W, a->wo, a->bo, W, out);
 }
 
 /* x[n][W] += FFN(ffn_norm(x)): W -> F, GELU, F -> W. */
 static void ffn_residual(const head_layer *l, float *x, int n, int W, int F, float eps,
                          head_work *w) {
     layer_norm(x, n, W, &l->ffn_norm, eps, w->norm);
-    linear(w->pool, w->norm, n, W, l->ffn_up, l->ffn_up_b, F, w->ff);
+    linear(w->ex, w->norm, n, W, l->ffn_up, l->ffn_up_b, F, w->ff);
     for (size_t i = 0; i < (size_t)n * F; i++) w->ff[i] = gelu(w->ff[i]);
-    linear(w->pool, w->ff, n, F, l->ffn_down, l->ffn_down_b, W, w->tmp);
+    linear(w->ex, w->ff, n, F, l->ffn_down, l->ffn_down_b, W, w->tmp);
     add_to(x, w->tmp, (size_t)n * W);
 }
 
@@ -637,7 +656,7 @@ static void build_memory(const head_model *h, const float *hidden, int T, head_s
     for (int t0 = 0; t0 < T; t0 += HEAD_TOKEN_BLOCK) {
         int n = T - t0 < HEAD_TOKEN_BLOCK ? T - t0 : HEAD_TOKEN_BLOCK;
         layer_norm(hidden + (size_t)t0 * E, n, E, &h->hidden_norm, h->hp.norm_eps, s->xblk);
-        linear(s->w.pool, s->xblk, n, E, h->proj_memory, NULL, W, s->memory + (size_t)t0 * W);
+        linear(s->w.ex, s->xblk, n, E, h->proj_memory, NULL, W, s->memory + (size_t)t0 * W);
     }
 }
 
@@ -686,10 +705,10 @@ static clef_status pool_inputs(const head_model *h, const head_rows *rows, const
         }
     }
     const int no = o;
-    linear(s->w.pool, s->ctxo, no, E, h->proj_option_context, NULL, W, s->opt);
-    linear(s->w.pool, s->lex, no, E, h->proj_option_lexical, NULL, W, s->attn);
+    linear(s->w.ex, s->ctxo, no, E, h->proj_option_context, NULL, W, s->opt);
+    linear(s->w.ex, s->lex, no, E, h->proj_option_lexical, NULL, W, s->attn);
     add_to(s->opt, s->attn, (size_t)no * W);
-    linear(s->w.pool, s->qv, nq, E, h->proj_option_question, NULL, W, s->attn);
+    linear(s->w.ex, s->qv, nq, E, h->proj_option_question, NULL, W, s->attn);
     o = 0;
     for (int q = 0; q < nq; q++)
         for (int k = 0; k < qs[q].n_options; k++, o++)
@@ -716,7 +735,7 @@ static void route_options(const head_model *h, int T, int no, head_scratch *s) {
  *       + proj_global(g) + type_embedding[t_q]. */
 static void build_fields(const head_model *h, const head_question *qs, int nq, head_scratch *s) {
     const int E = h->hp.n_embd, W = h->hp.width;
-    linear(s->w.pool, s->qv, nq, E, h->proj_question, NULL, W, s->base);
+    linear(s->w.ex, s->qv, nq, E, h->proj_question, NULL, W, s->base);
     const float scale = 1.0f / sqrtf((float)W);
     int o0 = 0;
     for (int q = 0; q < nq; q++) {
@@ -739,7 +758,7 @@ static void build_fields(const head_model *h, const head_question *qs, int nq, h
         o0 += n;
     }
     layer_norm(s->fld, nq, W, &h->option_summary_norm, h->hp.norm_eps, s->fld);
-    linear(s->w.pool, s->g, 1, E, h->proj_global, NULL, W, s->sc);
+    linear(s->w.ex, s->g, 1, E, h->proj_global, NULL, W, s->sc);
     for (int q = 0; q < nq; q++) {
         float *f = s->fld + (size_t)q * W;
         add_to(f, s->base + (size_t)q * W, (size_t)W);
@@ -802,7 +821,7 @@ static void option_logits(const head_model *h, const head_question *qs, int nq, 
                 s->feat[2 * W + i] = f[i] * op[i];
                 s->feat[3 * W + i] = fabsf(f[i] - op[i]);
             }
-            linear(s->w.pool, s->feat, 1, 4 * W, h->scorer, h->scorer_b, W, s->sc);
+            linear(s->w.ex, s->feat, 1, 4 * W, h->scorer, h->scorer_b, W, s->sc);
             for (int i = 0; i < W; i++) s->sc[i] = gelu(s->sc[i]);
             const double residual = dot(s->sc, h->scorer_out, W) + h->scorer_out_b[0];
             logits[o] = (float)(prior + s_g * (s_j * cosine + residual));
@@ -813,13 +832,13 @@ static void option_logits(const head_model *h, const head_question *qs, int nq, 
 clef_status head_score(const head_model *h, const head_rows *rows, const float *hidden,
                        const int32_t *ids, int T, const head_question *qs, int n_questions,
                        float *logits, clef_error *err) {
-    return head_score_pool(h, NULL, rows, hidden, ids, T, qs, n_questions, logits, err);
+    return head_score_on(h, NULL, NULL, rows, hidden, ids, T, qs, n_questions, logits, err);
 }
 
-clef_status head_score_pool(const head_model *h, tp_pool *pool, const head_rows *rows,
-                            const float *hidden, const int32_t *ids, int T,
-                            const head_question *qs, int n_questions, float *logits,
-                            clef_error *err) {
+clef_status head_score_on(const head_model *h, tp_pool *pool, const cpu_target *cpu,
+                          const head_rows *rows, const float *hidden, const int32_t *ids, int T,
+                          const head_question *qs, int n_questions, float *logits,
+                          clef_error *err) {
     if (rows->row_len != h->hp.n_embd)
         return clef_err_set(err, CLEF_ERR_INVALID_ARG, "decision head: LM-head rows have %lld "
                             "elements, the head reads %d", (long long)rows->row_len, h->hp.n_embd);
@@ -831,7 +850,8 @@ clef_status head_score_pool(const head_model *h, tp_pool *pool, const head_rows 
     float *arena = scratch_alloc(&s, T, hp->n_embd, hp->width, hp->n_ff, n_questions, no);
     if (!arena)
         return clef_err_set(err, CLEF_ERR_NOMEM, "decision head: no memory for %d tokens", T);
-    s.w.pool = pool;
+    head_exec ex = {.pool = pool, .cpu = cpu};
+    s.w.ex = &ex;
 
     build_memory(h, hidden, T, &s);
     st = pool_inputs(h, rows, hidden, ids, T, qs, n_questions, &s, err);
@@ -842,6 +862,7 @@ clef_status head_score_pool(const head_model *h, tp_pool *pool, const head_rows 
         layer_norm(s.opt, no, hp->width, &h->option_norm, hp->norm_eps, s.opt);
         option_logits(h, qs, n_questions, &s, logits);
     }
+    mm_workspace_free(&ex.ws);
     free(arena);
     free(s.acc);
     return st;

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "clef.h"
+#include "core/cpu.h"
 #include "core/threadpool.h"
 #include "format/gguf.h"
 
@@ -110,13 +111,15 @@ clef_status head_score(const head_model *h, const head_rows *rows, const float *
                        const int32_t *ids, int T, const head_question *qs, int n_questions,
                        float *logits, clef_error *err);
 
-/* head_score with the large products (the [T]-row memory projection, the
- * attention K/V over the prompt) shared out over pool (NULL: this thread).
- * Every output is the same dot either way: the logits do not depend on the
- * pool's size.  head_score is this with a NULL pool. */
-clef_status head_score_pool(const head_model *h, tp_pool *pool, const head_rows *rows,
-                            const float *hidden, const int32_t *ids, int T,
-                            const head_question *qs, int n_questions, float *logits,
-                            clef_error *err);
+/* head_score with its products on the model's kernels: cpu (NULL or the
+ * ref path: the reference dots) and pool (NULL: this thread) share them
+ * out.  Every output is summed in an order fixed by the shapes, so the
+ * logits do not depend on the pool's size; a fast path differs from the
+ * reference only by f32 rounding (test_head checks both against the
+ * oracle).  head_score is this with neither. */
+clef_status head_score_on(const head_model *h, tp_pool *pool, const cpu_target *cpu,
+                          const head_rows *rows, const float *hidden, const int32_t *ids, int T,
+                          const head_question *qs, int n_questions, float *logits,
+                          clef_error *err);
 
 #endif

@@ -68,7 +68,7 @@ static clef_status time_head(clef_model *m, const int32_t *ids, int64_t n, const
     }
     float logits[14];
     double t0 = now_s();
-    st = head_score_pool(m->head, m->pool, &rows, hidden, ids, (int)n, qs, 4, logits, err);
+    st = head_score_on(m->head, m->pool, &m->backbone.cpu, &rows, hidden, ids, (int)n, qs, 4, logits, err);
     *seconds = now_s() - t0;
     return st;
 }
