@@ -38,6 +38,7 @@ typedef struct eng_item {
     bool planned;               /* seq and carry are set (plan_item ran)         */
     qwen35_seq seq;             /* what its backbone pass computes              */
     qwen35_carry carry;
+    bool answered;              /* handed to the caller's done                   */
 } eng_item;
 
 clef_status clef_engine_new(clef_model *model, size_t cache_bytes, clef_engine **out,
@@ -159,7 +160,10 @@ static clef_status run_pass(clef_engine *e, eng_item *items, int m, const qwen35
         cache_saved(e, it);
         results[which[k]].backbone_ms = ms;
         st = dec_finish(e->model, &it->job, &results[which[k]], err);
-        if (st == CLEF_OK && done) done(which[k], ctx);
+        if (st == CLEF_OK && done) {
+            it->answered = true;
+            done(which[k], ctx);
+        }
     }
     return st;
 }
@@ -197,7 +201,7 @@ clef_status clef_engine_decide_passes(clef_engine *e, size_t n, const char *cons
                                       size_t max_tokens, clef_engine_done_fn done, void *ctx,
                                       clef_decide_result *results, clef_error *err) {
     if (!e || !results || (n && (!jsons || !lens)))
-        return clef_err_set(err, CLEF_ERR_INVALID_ARG, "clef_engine_decide_batch: engine, "
+        return clef_err_set(err, CLEF_ERR_INVALID_ARG, "clef_engine_decide_passes: engine, "
                             "bodies, lengths and results are required");
     if (n > INT_MAX) return clef_err_set(err, CLEF_ERR_INVALID_ARG, "batch of %zu is too large", n);
     memset(results, 0, n * sizeof *results);
@@ -207,10 +211,18 @@ clef_status clef_engine_decide_passes(clef_engine *e, size_t n, const char *cons
     clef_status st = CLEF_OK;
     for (size_t i = 0; st == CLEF_OK && i < n; i++) {
         st = dec_prepare(e->model, jsons[i], lens[i], options, &items[i].job, &results[i], err);
-        if (st == CLEF_OK && !items[i].job.needs_backbone && done) done(i, ctx);
+        if (st == CLEF_OK && !items[i].job.needs_backbone && done) {
+            items[i].answered = true;
+            done(i, ctx);
+        }
     }
     if (st == CLEF_OK) st = run_backbone(e, items, n, max_tokens ? max_tokens : SIZE_MAX, results,
                                          done, ctx, err);
+    for (size_t i = 0; st != CLEF_OK && i < n; i++)
+        if (!items[i].answered) {   /* the contract: what done did not get is empty */
+            clef_decide_result_free(&results[i]);
+            memset(&results[i], 0, sizeof results[i]);
+        }
     free_items(e, items, n);
     return st;
 }
@@ -218,15 +230,9 @@ clef_status clef_engine_decide_passes(clef_engine *e, size_t n, const char *cons
 clef_status clef_engine_decide_batch(clef_engine *e, size_t n, const char *const *jsons,
                                      const size_t *lens, const clef_decide_options *options,
                                      clef_decide_result *results, clef_error *err) {
-    clef_status st = clef_engine_decide_passes(e, n, jsons, lens, options, SIZE_MAX, NULL, NULL,
-                                               results, err);
-    if (st != CLEF_OK && results)
-        for (size_t i = 0; i < n; i++) {
-            clef_decide_result_free(&results[i]);
-            memset(&results[i], 0, sizeof results[i]);
-        }
-    return st;
+    return clef_engine_decide_passes(e, n, jsons, lens, options, SIZE_MAX, NULL, NULL, results, err);
 }
+
 clef_status clef_engine_decide(clef_engine *e, const char *json, size_t len,
                                const clef_decide_options *options, clef_decide_result *result,
                                clef_error *err) {
