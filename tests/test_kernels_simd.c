@@ -218,6 +218,12 @@ static void test_matmul_paths(void **state) {
         check_one(&pcs[p], CLEF_DTYPE_BF16, 4133, 9, 7, pool);  /* odd k, past 2048 */
         check_one(&pcs[p], CLEF_DTYPE_F32, 13, 9, 4, pool);
         check_one(&pcs[p], CLEF_DTYPE_BF16, 77, 50, 8, pool);
+        /* tile paths: whole 32 x 32 blocks, k past one L1 slice (512),
+         * more tokens than one accumulator block (512), tails of each */
+        check_one(&pcs[p], CLEF_DTYPE_BF16, 1056, 96, 64, pool);
+        check_one(&pcs[p], CLEF_DTYPE_BF16, 64, 40, 530, pool);
+        check_one(&pcs[p], CLEF_DTYPE_Q8_0, 1088, 64, 33, pool);
+        check_one(&pcs[p], CLEF_DTYPE_Q6_K, 512, 50, 17, pool);
     }
     tp_free(pool);
 }
@@ -281,7 +287,6 @@ static void test_cpu_choose(void **state) {
     assert_false(t.bf16 || t.vnni || t.amx);
     assert_int_equal(cpu_choose(NULL, &f, &t, &err), CLEF_OK);
     assert_true(cpu_path_supported(&f, t.path));
-    assert_true(t.path != CPU_PATH_AMX); /* never picked on its own */
     printf("[simd] auto picks %s\n", cpu_target_name(&t));
     assert_int_equal(cpu_choose("neon9", &f, &t, &err), CLEF_ERR_INVALID_ARG);
     assert_non_null(strstr(err.message, "neon9"));

@@ -113,21 +113,21 @@ clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *o
     memset(out, 0, sizeof *out);
     cpu_path path;
     if (!request || !*request || !strcmp(request, "auto")) {
-        /* amx is never picked on its own: its kernels are the avx512 ones
-         * (see kernels/matmul.h), and asking for the permission has a cost. */
+        /* amx when Linux grants the tile permission, else the next best */
         path = cpu_path_supported(f, CPU_PATH_AVX512) ? CPU_PATH_AVX512
              : cpu_path_supported(f, CPU_PATH_AVX2)   ? CPU_PATH_AVX2
                                                       : CPU_PATH_REF;
+        if (cpu_path_supported(f, CPU_PATH_AMX) && amx_request_permission()) path = CPU_PATH_AMX;
     } else if (!parse_path(request, &path)) {
         return clef_err_set(err, CLEF_ERR_INVALID_ARG,
                             "CLEF_CPU='%.40s' is not one of ref, avx2, avx512, amx, auto", request);
     } else if (!cpu_path_supported(f, path)) {
         return clef_err_set(err, CLEF_ERR_UNSUPPORTED,
                             "CLEF_CPU=%s: this CPU (or OS) lacks the instructions it needs", request);
-    }
-    if (path == CPU_PATH_AMX && !amx_request_permission())
+    } else if (path == CPU_PATH_AMX && !amx_request_permission()) {
         return clef_err_set(err, CLEF_ERR_UNSUPPORTED,
                             "CLEF_CPU=amx: Linux refused the AMX tile-data permission (arch_prctl)");
+    }
     out->path = path;
     if (path == CPU_PATH_AVX512 || path == CPU_PATH_AMX) {
         out->bf16 = f->avx512bf16;

@@ -23,7 +23,13 @@
 #include "kernels/matmul.h"
 #include "kernels/simd.h"
 
-typedef enum mm_kind { MM_KIND_DOT_F32, MM_KIND_DOT_BF16, MM_KIND_I8 } mm_kind;
+typedef enum mm_kind {
+    MM_KIND_DOT_F32,
+    MM_KIND_DOT_BF16,
+    MM_KIND_I8,
+    MM_KIND_AMX_BF16,   /* BF16 weights packed per panel, TDPBF16PS          */
+    MM_KIND_AMX_I8,     /* the I8 panels on TDPBSUD                          */
+} mm_kind;
 
 typedef struct mm_plan {
     cpu_path path;
@@ -34,7 +40,10 @@ typedef struct mm_plan {
     int64_t KC, NP;     /* k per block, rows per panel                          */
 } mm_plan;
 
-enum { MM_NP = 48, MM_KC_F32 = 1024, MM_KC_BF16 = 2048, MM_KC_I8 = 1024, MM_ALIGN = 64 };
+enum {
+    MM_NP = 48, MM_KC_F32 = 1024, MM_KC_BF16 = 2048, MM_KC_I8 = 1024, MM_ALIGN = 64,
+    MM_NP_AMX_BF16 = 32,    /* two row groups of 16: the 2 x 2 tile block */
+};
 
 static bool is_i8_type(uint32_t t) {
     return t == CLEF_DTYPE_Q8_0 || t == CLEF_DTYPE_Q4_K || t == CLEF_DTYPE_Q5_K || t == CLEF_DTYPE_Q6_K;
@@ -47,7 +56,11 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
     p->NP = MM_NP;
     if (tg->path == CPU_PATH_REF) return false;
     bool avx512 = tg->path == CPU_PATH_AVX512 || tg->path == CPU_PATH_AMX;
-    if (avx512 && tg->bf16 && w->type == CLEF_DTYPE_BF16) {
+    if (tg->amx && tg->bf16 && w->type == CLEF_DTYPE_BF16 && w->in % 32 == 0) {
+        p->kind = MM_KIND_AMX_BF16;
+        p->NP = MM_NP_AMX_BF16;
+        p->KC = w->in; /* the kernel blocks k itself; C stays in its scratch */
+    } else if (avx512 && tg->bf16 && w->type == CLEF_DTYPE_BF16) {
         p->kind = MM_KIND_DOT_BF16;
         p->direct = true;
         p->KC = MM_KC_BF16;
@@ -70,19 +83,28 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
 const char *mm_precision(const cpu_target *tg, const mm_weight *w) {
     mm_plan p;
     if (!plan_make(tg, w, &p)) return "f32";
-    if (p.kind == MM_KIND_I8) return "int8";
-    return p.kind == MM_KIND_DOT_BF16 || p.round_bf16 ? "bf16" : "f32";
+    if (p.kind == MM_KIND_I8 || p.kind == MM_KIND_AMX_I8) return "int8";
+    return p.kind == MM_KIND_DOT_BF16 || p.kind == MM_KIND_AMX_BF16 || p.round_bf16 ? "bf16" : "f32";
 }
 
 /* ---- workspace ---- */
 
 static size_t align_up(size_t n) { return (n + MM_ALIGN - 1) / MM_ALIGN * MM_ALIGN; }
 
+/* Token rows the activations are allocated for: tile kernels read whole
+ * tiles of 32 (BF16) or 16 (int8) rows. */
+static int64_t act_rows(const mm_plan *p, int64_t T) {
+    int64_t r = p->kind == MM_KIND_AMX_BF16 ? 32 : p->kind == MM_KIND_AMX_I8 ? 16 : 1;
+    return (T + r - 1) / r * r;
+}
+
 static size_t act_bytes(const mm_plan *p, const mm_weight *w, int64_t T) {
-    size_t tin = (size_t)T * (size_t)w->in;
+    size_t tin = (size_t)act_rows(p, T) * (size_t)w->in;
     switch (p->kind) {
-    case MM_KIND_DOT_BF16: return align_up(tin * 2);
+    case MM_KIND_DOT_BF16:
+    case MM_KIND_AMX_BF16: return align_up(tin * 2);
     case MM_KIND_I8:
+    case MM_KIND_AMX_I8:
         return align_up(tin) + align_up(tin / 32 * sizeof(float)) + align_up(tin / (size_t)p->i8.bk * 4);
     default: return p->round_bf16 ? align_up(tin * sizeof(float)) : 0;
     }
@@ -91,7 +113,11 @@ static size_t act_bytes(const mm_plan *p, const mm_weight *w, int64_t T) {
 static size_t thread_bytes(const mm_plan *p) {
     switch (p->kind) {
     case MM_KIND_I8:
+    case MM_KIND_AMX_I8:
         return align_up((size_t)((p->NP + MM_I8_G - 1) / MM_I8_G) * mm_i8_group_bytes(&p->i8, p->KC));
+    case MM_KIND_AMX_BF16:
+        /* the packed panel over all of k, then the f32 accumulators */
+        return align_up((size_t)(p->KC / 32) * 2048) + (size_t)MM_AMX_TT * 32 * sizeof(float);
     case MM_KIND_DOT_F32: return p->direct ? 0 : align_up((size_t)(p->NP * p->KC) * sizeof(float));
     default: return 0;
     }
@@ -138,11 +164,18 @@ static void act_task(void *ctx, int ith, int nth) {
     mm_fast_job *j = ctx;
     const int64_t in = j->w->in;
     int64_t t0, t1;
-    tp_split(j->T, 1, ith, nth, &t0, &t1);
+    tp_split(act_rows(&j->p, j->T), 16, ith, nth, &t0, &t1);
+    if (t0 >= t1) return;
+    if (j->p.kind == MM_KIND_AMX_BF16) {
+        amx_act_bf16(j->x, in, j->T, t0, t1, (uint16_t *)j->act);
+        return;
+    }
+    t1 = t1 < j->T ? t1 : j->T; /* the other kinds' padding rows: pad_act_rows */
     if (t0 >= t1) return;
     switch (j->p.kind) {
     case MM_KIND_DOT_BF16: avx512_act_bf16(j->x, in, t0, t1, (uint16_t *)j->act); break;
     case MM_KIND_I8:
+    case MM_KIND_AMX_I8:
         avx512_act_i8(&j->p.i8, j->x, in, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dx, (void *)j->i8.mb);
         break;
     default:
@@ -155,6 +188,16 @@ static void dot_f32(const mm_plan *p, int64_t kc, const float *x, int64_t ldx, i
                     const float *w, int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
     if (p->path == CPU_PATH_AVX2) avx2_dot_f32(kc, x, ldx, T, w, ldw, np, y, ldy, add);
     else avx512_dot_f32(kc, x, ldx, T, w, ldw, np, y, ldy, add);
+}
+
+/* The int8 tile kernel reads quant rows from T up to act_rows: zero them
+ * (their results are never stored; zero keeps them defined).  The BF16
+ * conversion writes its own padding. */
+static void pad_act_rows(mm_fast_job *j) {
+    const int64_t pad = act_rows(&j->p, j->T) - j->T, in = j->w->in;
+    if (pad == 0) return;
+    if (j->p.kind == MM_KIND_AMX_I8)
+        memset((int8_t *)j->i8.q + j->T * in, 0, (size_t)(pad * in));
 }
 
 /* Rows [p0, p0+np), k block [k0, k0+kc) times every token. */
@@ -174,6 +217,17 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
         avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
         avx512_i8_panel(&j->p.i8, &j->i8, j->T, k0, kc, tb, np, y, out, add);
         break;
+    case MM_KIND_AMX_I8:
+        avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
+        amx_i8_panel(&j->p.i8, &j->i8, j->T, k0, kc, tb, np, y, out, add);
+        break;
+    case MM_KIND_AMX_BF16: {
+        /* kc is all of k (plan_make): one call per panel */
+        float *acc = (float *)(tb + align_up((size_t)(kc / 32) * 2048));
+        amx_pack_bf16(w, p0, np, k0, kc, (uint16_t *)tb);
+        amx_bf16_panel(kc, (const uint16_t *)j->act, j->T, (const uint16_t *)tb, np, y, out, acc);
+        break;
+    }
     default: {
         const float *x = j->p.round_bf16 ? (const float *)j->act : j->x;
         if (j->p.direct) {
@@ -227,14 +281,16 @@ void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const
     }
     j.act = use->buf;
     j.threads = j.act + ab;
-    if (j.p.kind == MM_KIND_I8) {
-        size_t tin = (size_t)T * (size_t)w->in;
+    const bool i8 = j.p.kind == MM_KIND_I8 || j.p.kind == MM_KIND_AMX_I8;
+    if (i8) {
+        size_t tin = (size_t)act_rows(&j.p, T) * (size_t)w->in;
         j.i8.q = (const int8_t *)j.act;
         j.i8.dx = (const float *)(j.act + align_up(tin));
         j.i8.mb = j.act + align_up(tin) + align_up(tin / 32 * sizeof(float));
         j.i8.ld = w->in;
     }
     if (ab) tp_run(pool, act_task, &j);
+    pad_act_rows(&j);
     atomic_init(&j.next, 0);
     tp_run(pool, mm_fast_task, &j);
     mm_workspace_free(&local);

@@ -4,7 +4,8 @@
  *
  * Every thread of the pool runs the same register-resident loop of the one
  * instruction the path's matmuls are built on (f32 FMA, vdpbf16ps or
- * vpdpbusd; kernels/simd.h); no memory is touched, so this is the
+ * vpdpbusd, or on amx the tile products TDPBF16PS / TDPBSUD on four
+ * accumulator tiles; kernels/simd.h); no memory is touched, so this is the
  * arithmetic ceiling, not a achievable matmul rate.  The ref path's loop is
  * portable C with eight independent multiply-add chains (whatever the
  * compiler makes of it for the baseline target).  The fastest of five
@@ -41,6 +42,7 @@ typedef struct peak_job {
 } peak_job;
 
 static double peak_run(const peak_job *j) {
+    if (j->kind >= 3) return amx_peak(j->kind - 2, j->iters);
     switch (j->path) {
     case CPU_PATH_AVX512:
     case CPU_PATH_AMX: return avx512_peak(j->kind, j->iters);
@@ -60,6 +62,11 @@ double mm_peak_gflops(const cpu_target *tg, const char *precision, tp_pool *pool
     if (tg->path == CPU_PATH_AVX512 || tg->path == CPU_PATH_AMX) {
         if (!strcmp(precision, "bf16") && tg->bf16) j.kind = 1;
         if (!strcmp(precision, "int8") && tg->vnni) j.kind = 2;
+    }
+    if (tg->amx) {
+        /* the tile instructions (TDPBF16PS, TDPBSUD) are what the matmuls use */
+        if (!strcmp(precision, "bf16")) j.kind = 3;
+        if (!strcmp(precision, "int8")) j.kind = 4;
     }
     /* calibrate on one thread until a run takes a measurable time */
     double t, per_iter;

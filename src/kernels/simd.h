@@ -108,6 +108,33 @@ void avx512_l2norm(float *x, int64_t n, int64_t rows, float eps);
  * 4, a vpdpbusd lane = 8).  kind: 0 f32 FMA, 1 vdpbf16ps, 2 vpdpbusd. */
 double avx512_peak(int kind, int64_t iters);
 
+/* ---- AMX (simd_amx.c); each call loads its own tile configuration ---- */
+
+/* BF16 on tiles: activations and each 32-row weight panel are repacked so
+ * that every tile is 1 KiB contiguous (16 rows x 64 bytes):
+ *   activations  [T/16][in/32][16 tokens][32 k]      (rows past T zero)
+ *   panel        [kc/32][2 groups][16 k-pairs][16 rows][2]   (B layout)
+ * MM_AMX_KB k blocks of 32 (a 32 KiB panel slice, kept in L1) are run over
+ * every token before the next; MM_AMX_TT tokens share one f32 accumulator
+ * block of MM_AMX_TT x 32 in the thread's scratch. */
+enum { MM_AMX_KB = 16, MM_AMX_TT = 512 };
+/* Rows t0 <= t < t1 of the packed activations (t1 may pass T up to a
+ * multiple of 32: those rows are zero); in % 32 == 0. */
+void amx_act_bf16(const float *x, int64_t in, int64_t T, int64_t t0, int64_t t1, uint16_t *dst);
+/* Rows [r0, r0+np) (np <= 32) x k [k0, k0+kc) of BF16 w, packed. */
+void amx_pack_bf16(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
+                   uint16_t *dst);
+/* y[t·ldy + r] = Σ_k x[t][k]·W[r][k] for t < T, r < np (<= 32), k < K:
+ * packed activations xp, packed panel over all of K; acc: MM_AMX_TT x 32
+ * floats, 64-byte aligned. */
+void amx_bf16_panel(int64_t K, const uint16_t *xp, int64_t T, const uint16_t *panel, int64_t np,
+                    float *y, int64_t ldy, float *acc);
+/* avx512_i8_panel's contract on AMX; a->q readable up to row T rounded up to 16. */
+void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
+                  const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add);
+/* Tile peak loop (kind 1: bf16, 2: int8), as avx512_peak. */
+double amx_peak(int kind, int64_t iters);
+
 /* ---- AVX2 + FMA (simd_avx2.c) ---- */
 double avx2_peak(int64_t iters);            /* f32 FMA on ymm                 */
 void avx2_exp(const float *x, float *y, int64_t n);

@@ -1,0 +1,338 @@
+/*
+ * kernels/simd_amx.c — the AMX (tile) kernels behind kernels/simd.h: BF16
+ * weights on TDPBF16PS, quantized weights on TDPBSUD, the weight packing the
+ * BF16 tiles need, and the tile peak loop.
+ *
+ * Orientation.  A tiles are activation rows (16 tokens x 64 bytes of k),
+ * read in place from the converted activations; B tiles are weight rows in
+ * the "VNNI" layout the instructions want (per 4 bytes of k, 16 output rows
+ * side by side), so C tiles are [16 tokens][16 rows] and land in y as is.
+ *   BF16:  B = [16 k-pairs][16 rows][2 bf16]   (amx_pack_bf16, per call)
+ *   int8:  B = the packed I8 group of simd.h, whose [bk/4][48][4] quants are
+ *          already that layout for each 16 of the 48 rows.
+ * BF16 accumulates in the C tiles over a whole k block.  Quantized weights
+ * have one scale per block of 32 (16 for Q6_K) on both sides, so each
+ * block's integer C tile is stored and scaled into f32 accumulators with
+ * AVX-512 — that scaling, not the tile unit, bounds the int8 kernel.
+ *
+ * Tile state is per thread: every entry point loads its configuration
+ * (LDTILECFG) first, so a pool thread may run any of them in any order.
+ * Each function carries its target attribute, like simd_avx512.c, so the
+ * file builds with baseline flags and nothing here runs unless cpu_choose
+ * picked amx (which asked Linux for the tile permission).
+ */
+#include "kernels/simd.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <string.h>
+
+#define TAMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,amx-tile,amx-bf16,amx-int8")))
+#define INLINE static inline __attribute__((always_inline))
+/* The tile-load macros do not tell the compiler they read memory: plain
+ * stores before one must be made visible first. */
+#define MEM_BARRIER() __asm__ volatile("" ::: "memory")
+
+/* The LDTILECFG operand (Intel SDM vol. 1, 18.2): palette 1; per tile its
+ * bytes per row and its rows. */
+typedef struct amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/* tiles 0..7 all 16 x colsb, except B-shaped ones (rows_b rows). */
+TAMX static void amx_configure(int colsb_a, int rows_b) {
+    amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        c.colsb[i] = 64;
+        c.rows[i] = 16;
+    }
+    /* int8 layout: tile 0 = A (16 x bk bytes), tile 1 = B (bk/4 x 64) */
+    if (colsb_a != 64) c.colsb[0] = (uint16_t)colsb_a;
+    if (rows_b != 16) c.rows[1] = (uint8_t)rows_b;
+    MEM_BARRIER();
+    _tile_loadconfig(&c);
+}
+
+INLINE TAMX __mmask16 lanes16(int64_t n) {
+    return n <= 0 ? 0 : n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+}
+
+/* ==== BF16 ================================================================== */
+
+/* c[j] = dword j of the 16 rows r[0..16): a 16 x 16 transpose. */
+INLINE TAMX void transpose16x16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    /* u[4i+m], 128-bit lane L: column 4L+m of rows 4i..4i+3 */
+    for (int m = 0; m < 4; m++) {
+        __m512i p0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44);
+        __m512i p1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xEE);
+        __m512i q0 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44);
+        __m512i q1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xEE);
+        r[m] = _mm512_shuffle_i32x4(p0, q0, 0x88);
+        r[4 + m] = _mm512_shuffle_i32x4(p0, q0, 0xDD);
+        r[8 + m] = _mm512_shuffle_i32x4(p1, q1, 0x88);
+        r[12 + m] = _mm512_shuffle_i32x4(p1, q1, 0xDD);
+    }
+}
+
+/* Row groups in a packed BF16 panel of np rows: a whole number of pairs. */
+INLINE int64_t bf16_groups(int64_t np) { return (np + 31) / 32 * 2; }
+
+TAMX void amx_pack_bf16(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
+                        uint16_t *dst) {
+    const int64_t nkb = kc / 32, nsg = bf16_groups(np);
+    for (int64_t sg = 0; sg < nsg; sg++) {
+        const uint16_t *rows[16];
+        for (int i = 0; i < 16; i++) {
+            int64_t row = sg * 16 + i;
+            rows[i] = row < np ? (const uint16_t *)((const uint8_t *)w->data +
+                                                    (size_t)(r0 + row) * w->row_bytes) + k0
+                               : NULL;
+        }
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            __m512i r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = rows[i] ? _mm512_loadu_si512(rows[i] + 32 * kb) : _mm512_setzero_si512();
+            transpose16x16(r);
+            uint16_t *tile = dst + (size_t)(kb * nsg + sg) * 512;
+            for (int j = 0; j < 16; j++) _mm512_store_si512(tile + 32 * j, r[j]);
+        }
+    }
+}
+
+/* C tiles 4..7: the 32 x 32 block at c (32 floats per row), as four 16 x 16. */
+INLINE TAMX void c_load(const float *c) {
+    MEM_BARRIER();
+    _tile_loadd(4, c, 128);
+    _tile_loadd(5, c + 16, 128);
+    _tile_loadd(6, c + 512, 128);
+    _tile_loadd(7, c + 528, 128);
+}
+INLINE TAMX void c_store(float *c) {
+    _tile_stored(4, c, 128);
+    _tile_stored(5, c + 16, 128);
+    _tile_stored(6, c + 512, 128);
+    _tile_stored(7, c + 528, 128);
+}
+
+TAMX void amx_act_bf16(const float *x, int64_t in, int64_t T, int64_t t0, int64_t t1,
+                       uint16_t *dst) {
+    const int64_t nkb = in / 32;
+    for (int64_t t = t0; t < t1; t++) {
+        uint16_t *d = dst + ((t / 16) * nkb * 16 + t % 16) * 32;
+        for (int64_t kb = 0; kb < nkb; kb++, d += 512) {
+            __m512i h = _mm512_setzero_si512();
+            if (t < T) {
+                const float *xr = x + t * in + 32 * kb;
+                h = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(xr + 16), _mm512_loadu_ps(xr));
+            }
+            _mm512_store_si512(d, h);
+        }
+    }
+}
+
+/* C (tiles 4..7) += 32 tokens x 32 rows over nkb blocks of 32 k: A tiles
+ * from the two token groups at a0, a1 (next block 512 elements on), B from
+ * the panel at b (next block 1024 on). */
+INLINE TAMX void bf16_block(int64_t nkb, const uint16_t *a0, const uint16_t *a1, const uint16_t *b) {
+    for (int64_t kb = 0; kb < nkb; kb++, a0 += 512, a1 += 512, b += 1024) {
+        _tile_loadd(0, a0, 64);
+        _tile_loadd(1, a1, 64);
+        _tile_loadd(2, b, 64);
+        _tile_loadd(3, b + 512, 64);
+        _tile_dpbf16ps(4, 0, 2);
+        _tile_dpbf16ps(5, 0, 3);
+        _tile_dpbf16ps(6, 1, 2);
+        _tile_dpbf16ps(7, 1, 3);
+    }
+}
+
+/* acc rows [0, nt) -> y rows, columns < np. */
+INLINE TAMX void bf16_put(const float *acc, int64_t nt, int64_t np, float *y, int64_t ldy) {
+    const __mmask16 m0 = lanes16(np), m1 = lanes16(np - 16);
+    for (int64_t i = 0; i < nt; i++) {
+        const float *c = acc + (i / 32) * 1024 + (i % 32) * 32;
+        _mm512_mask_storeu_ps(y + i * ldy, m0, _mm512_load_ps(c));
+        _mm512_mask_storeu_ps(y + i * ldy + 16, m1, _mm512_load_ps(c + 16));
+    }
+}
+
+TAMX void amx_bf16_panel(int64_t K, const uint16_t *xp, int64_t T, const uint16_t *panel,
+                         int64_t np, float *y, int64_t ldy, float *acc) {
+    amx_configure(64, 16);
+    const int64_t nkb = K / 32;
+    for (int64_t tc = 0; tc < T; tc += MM_AMX_TT) {
+        const int64_t nt = T - tc < MM_AMX_TT ? T - tc : MM_AMX_TT;
+        for (int64_t kb0 = 0; kb0 < nkb; kb0 += MM_AMX_KB) {
+            const int64_t kbn = nkb - kb0 < MM_AMX_KB ? nkb - kb0 : MM_AMX_KB;
+            for (int64_t g = 0; g * 32 < nt; g++) {
+                float *c = acc + g * 1024;
+                if (kb0 > 0) {
+                    c_load(c);
+                } else {
+                    _tile_zero(4);
+                    _tile_zero(5);
+                    _tile_zero(6);
+                    _tile_zero(7);
+                }
+                const uint16_t *a0 = xp + ((tc / 16 + 2 * g) * nkb + kb0) * 512;
+                bf16_block(kbn, a0, a0 + nkb * 512, panel + kb0 * 1024);
+                c_store(c);
+            }
+        }
+        bf16_put(acc, nt, np, y + tc * ldy, ldy);
+    }
+}
+
+/* ==== int8 on packed I8 groups ================================================= */
+
+enum { IG = MM_I8_G };
+
+/* Integer dots of block b for 16 tokens x one 16-row subgroup into tile C
+ * (tile 0: A = the tokens' quants, tile 1: B = the subgroup's quants), then
+ * out to the scratch rows s[16][16]. */
+#define I8_DOTS(C, a, lda, bq, s)                                                                \
+    do {                                                                                         \
+        _tile_loadd(0, (a), (lda));                                                              \
+        _tile_loadd(1, (bq), 4 * IG);                                                            \
+        _tile_zero(C);                                                                           \
+        _tile_dpbsud(C, 0, 1);                                                                   \
+        _tile_stored(C, (s), 64);                                                                \
+    } while (0)
+
+/* f[i] += dx_i·s·(C_i + mi_i)  (symmetric types), or
+ * f[i] += dx_i·s·C_i + mf_i·m  (asymmetric: the m term by the activation sum) */
+INLINE TAMX void i8_scale(bool sym, __m512 f[16], const int32_t *c, const float *sv, const float *mv,
+                          const float *const dx[16], const void *const mb[16]) {
+    const __m512 s = _mm512_loadu_ps(sv), m = _mm512_loadu_ps(mv);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        __m512i ci = _mm512_load_si512(c + 16 * i);
+        if (sym) ci = _mm512_add_epi32(ci, _mm512_set1_epi32(*(const int32_t *)mb[i]));
+        __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(*dx[i]));
+        f[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), sd, f[i]);
+        if (!sym) f[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(*(const float *)mb[i]), f[i]);
+    }
+}
+
+/* 16 tokens (from row t of a) x subgroup sg of the group at gp, all blocks
+ * of [k0, k0+kc); writes y rows < mr, columns < nc. */
+INLINE TAMX void i8_tile16(const mm_i8_kind *kind, const mm_i8_act *a, int64_t t, int mr,
+                           int64_t k0, int64_t nblk, const uint8_t *gp, int sg, int nc,
+                           float *y, int64_t ldy, bool add) {
+    const int bk = kind->bk;
+    const size_t bbytes = (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
+    const int64_t ldx = a->ld / 32, ldm = a->ld / bk;
+    const float *dx[16];
+    const void *mb[16];
+    int32_t scratch[2][256] __attribute__((aligned(64)));
+    __m512 f[16];
+    for (int i = 0; i < 16; i++) {
+        int64_t row = t + (i < mr ? i : mr - 1);
+        dx[i] = a->dx + row * ldx + k0 / 32;
+        mb[i] = (const char *)a->mb + (size_t)(row * ldm + k0 / bk) * 4;
+        f[i] = _mm512_setzero_ps();
+    }
+    const int8_t *aq = a->q + t * a->ld + k0;
+    const int64_t lda = a->ld;
+    I8_DOTS(2, aq, lda, gp + sg * 64, scratch[0]);
+    for (int64_t b = 0; b < nblk; b++) {
+        /* the next block's tile work overlaps this block's scaling */
+        if (b + 1 < nblk) {
+            const uint8_t *bq = gp + (size_t)(b + 1) * bbytes + sg * 64;
+            if (b & 1) I8_DOTS(2, aq + (b + 1) * bk, lda, bq, scratch[0]);
+            else I8_DOTS(3, aq + (b + 1) * bk, lda, bq, scratch[1]);
+        }
+        const float *sv = (const float *)(gp + (size_t)b * bbytes + bk * IG) + sg * 16;
+        const float *dxb[16];
+        const void *mbb[16];
+        for (int i = 0; i < 16; i++) {
+            dxb[i] = dx[i] + (b * bk) / 32;
+            mbb[i] = (const char *)mb[i] + (size_t)b * 4;
+        }
+        i8_scale(kind->sym, f, scratch[b & 1], sv, sv + IG, dxb, mbb);
+    }
+    const __mmask16 cm = lanes16(nc);
+    for (int i = 0; i < mr; i++) {
+        float *p = y + i * ldy;
+        __m512 v = f[i];
+        if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(cm, p));
+        _mm512_mask_storeu_ps(p, cm, v);
+    }
+}
+
+TAMX void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                       int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
+                       bool add) {
+    amx_configure(kind->bk, kind->bk / 4);
+    const int64_t nblk = kc / kind->bk;
+    const size_t gbytes = mm_i8_group_bytes(kind, kc);
+    for (int64_t t = 0; t < T; t += 16) {
+        int mr = (int)(T - t < 16 ? T - t : 16);
+        for (int64_t r = 0; r < np; r += 16) {
+            int nc = (int)(np - r < 16 ? np - r : 16);
+            const uint8_t *gp = panel + (size_t)(r / IG) * gbytes;
+            i8_tile16(kind, a, t, mr, k0, nblk, gp, (int)(r % IG) / 16, nc, y + t * ldy + r, ldy, add);
+        }
+    }
+}
+
+/* ==== peak ===================================================================== */
+
+/* Four independent accumulator tiles on fixed inputs; returns operations
+ * done (a 16 x 16 x 32 bf16 tile product = 16384, 16 x 16 x 64 int8 = 32768). */
+TAMX double amx_peak(int kind, int64_t iters) {
+    amx_configure(64, 16);
+    static const uint8_t src[1024] __attribute__((aligned(64)));
+    _tile_loadd(0, src, 64);
+    _tile_loadd(1, src, 64);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (int64_t k = 0; k < iters; k++) {
+        if (kind == 1) {
+            _tile_dpbf16ps(4, 0, 1);
+            _tile_dpbf16ps(5, 0, 1);
+            _tile_dpbf16ps(6, 0, 1);
+            _tile_dpbf16ps(7, 0, 1);
+        } else {
+            _tile_dpbsud(4, 0, 1);
+            _tile_dpbsud(5, 0, 1);
+            _tile_dpbsud(6, 0, 1);
+            _tile_dpbsud(7, 0, 1);
+        }
+    }
+    float sink[256] __attribute__((aligned(64)));
+    _tile_stored(4, sink, 64);
+    __asm__ volatile("" : : "m"(sink));
+    _tile_release();
+    return (double)iters * 4 * (kind == 1 ? 16384.0 : 32768.0);
+}
+
+#else /* not x86-64: never called (cpu_choose offers only `ref`) */
+
+void amx_pack_bf16(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
+                   uint16_t *dst) {}
+void amx_act_bf16(const float *x, int64_t in, int64_t T, int64_t t0, int64_t t1, uint16_t *dst) {}
+void amx_bf16_panel(int64_t K, const uint16_t *xp, int64_t T, const uint16_t *panel, int64_t np,
+                    float *y, int64_t ldy, float *acc) {}
+void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
+                  const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add) {}
+double amx_peak(int kind, int64_t iters) { return 0; }
+
+#endif
