@@ -64,8 +64,8 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->kind = MM_KIND_DOT_BF16;
         p->direct = true;
         p->KC = MM_KC_BF16;
-    } else if (avx512 && tg->vnni && is_i8_type(w->type)) {
-        p->kind = MM_KIND_I8;
+    } else if ((tg->amx || (avx512 && tg->vnni)) && is_i8_type(w->type)) {
+        p->kind = tg->amx ? MM_KIND_AMX_I8 : MM_KIND_I8;
         p->KC = MM_KC_I8;
         p->i8.bk = w->type == CLEF_DTYPE_Q6_K ? 16 : 32;
         p->i8.sym = w->type == CLEF_DTYPE_Q8_0 || w->type == CLEF_DTYPE_Q6_K;
@@ -104,8 +104,10 @@ static size_t act_bytes(const mm_plan *p, const mm_weight *w, int64_t T) {
     case MM_KIND_DOT_BF16:
     case MM_KIND_AMX_BF16: return align_up(tin * 2);
     case MM_KIND_I8:
-    case MM_KIND_AMX_I8:
-        return align_up(tin) + align_up(tin / 32 * sizeof(float)) + align_up(tin / (size_t)p->i8.bk * 4);
+    case MM_KIND_AMX_I8: {
+        size_t b = align_up(tin) + align_up(tin / 32 * sizeof(float)) + align_up(tin / (size_t)p->i8.bk * 4);
+        return p->kind == MM_KIND_AMX_I8 ? b + 2 * align_up(tin / (size_t)p->i8.bk * 4) : b;
+    }
     default: return p->round_bf16 ? align_up(tin * sizeof(float)) : 0;
     }
 }
@@ -160,6 +162,24 @@ typedef struct mm_fast_job {
     atomic_int_fast64_t next; /* the next panel to take                  */
 } mm_fast_job;
 
+/* The amx copies of the activation scales, rows [t0, t1) (whole groups of
+ * 16; rows past T zero): dxT/mbT[t/16][b][t%16] per weight block b. */
+static void transpose_scales(mm_fast_job *j, int64_t t0, int64_t t1) {
+    const int bk = j->p.i8.bk;
+    const int64_t nb = j->w->in / bk, nb32 = j->w->in / 32;
+    float *dxT = (float *)j->i8.dxT;
+    uint32_t *mbT = (uint32_t *)j->i8.mbT;
+    const uint32_t *mb = j->i8.mb;
+    for (int64_t t = t0; t < t1; t++) {
+        const bool real = t < j->T;
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t d = ((t / 16) * nb + b) * 16 + t % 16;
+            dxT[d] = real ? j->i8.dx[t * nb32 + b * bk / 32] : 0.0f;
+            mbT[d] = real ? mb[t * nb + b] : 0u; /* int32 or f32 bits alike */
+        }
+    }
+}
+
 static void act_task(void *ctx, int ith, int nth) {
     mm_fast_job *j = ctx;
     const int64_t in = j->w->in;
@@ -170,13 +190,15 @@ static void act_task(void *ctx, int ith, int nth) {
         amx_act_bf16(j->x, in, j->T, t0, t1, (uint16_t *)j->act);
         return;
     }
-    t1 = t1 < j->T ? t1 : j->T; /* the other kinds' padding rows: pad_act_rows */
+    const int64_t tp = t1; /* past T: padding rows (pad_act_rows, transpose_scales) */
+    t1 = t1 < j->T ? t1 : j->T;
     if (t0 >= t1) return;
     switch (j->p.kind) {
     case MM_KIND_DOT_BF16: avx512_act_bf16(j->x, in, t0, t1, (uint16_t *)j->act); break;
     case MM_KIND_I8:
     case MM_KIND_AMX_I8:
         avx512_act_i8(&j->p.i8, j->x, in, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dx, (void *)j->i8.mb);
+        if (j->p.kind == MM_KIND_AMX_I8) transpose_scales(j, t0, tp);
         break;
     default:
         mm_round_bf16(j->x + t0 * in, (t1 - t0) * in, (float *)j->act + t0 * in);
@@ -288,6 +310,11 @@ void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const
         j.i8.dx = (const float *)(j.act + align_up(tin));
         j.i8.mb = j.act + align_up(tin) + align_up(tin / 32 * sizeof(float));
         j.i8.ld = w->in;
+        if (j.p.kind == MM_KIND_AMX_I8) {
+            const size_t mbb = align_up(tin / (size_t)j.p.i8.bk * 4);
+            j.i8.dxT = (const float *)((const uint8_t *)j.i8.mb + mbb);
+            j.i8.mbT = (const uint8_t *)j.i8.mb + 2 * mbb;
+        }
     }
     if (ab) tp_run(pool, act_task, &j);
     pad_act_rows(&j);

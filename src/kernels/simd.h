@@ -52,6 +52,10 @@ typedef struct mm_i8_act {
     const float *dx;    /* [T][ld/32]                                         */
     const void *mb;     /* [T][ld/bk]: int32 (sym) or f32 (asym)              */
     int64_t ld;         /* = in                                               */
+    /* amx only: dx and mb per weight block, 16 tokens side by side:
+     * [T/16][ld/bk][16] (dx repeated for both 16-blocks of a 32) */
+    const float *dxT;
+    const void *mbT;
 } mm_i8_act;
 
 /* The quantized-weight parameters of the I8 kernels. */
@@ -129,7 +133,8 @@ void amx_pack_bf16(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64
  * floats, 64-byte aligned. */
 void amx_bf16_panel(int64_t K, const uint16_t *xp, int64_t T, const uint16_t *panel, int64_t np,
                     float *y, int64_t ldy, float *acc);
-/* avx512_i8_panel's contract on AMX; a->q readable up to row T rounded up to 16. */
+/* avx512_i8_panel's contract on AMX; a->q, dxT and mbT readable up to row T
+ * rounded up to 16. */
 void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
                   const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add);
 /* Tile peak loop (kind 1: bf16, 2: int8), as avx512_peak. */

@@ -41,7 +41,8 @@ typedef struct amx_cfg {
     uint8_t rows[16];
 } amx_cfg;
 
-/* tiles 0..7 all 16 x colsb, except B-shaped ones (rows_b rows). */
+/* Tiles 0..7 all 16 rows x 64 bytes, except for the int8 kernel's A tiles
+ * (0, 3: colsb_a bytes) and B tiles (1, 4: rows_b rows). */
 TAMX static void amx_configure(int colsb_a, int rows_b) {
     amx_cfg c;
     memset(&c, 0, sizeof c);
@@ -50,9 +51,8 @@ TAMX static void amx_configure(int colsb_a, int rows_b) {
         c.colsb[i] = 64;
         c.rows[i] = 16;
     }
-    /* int8 layout: tile 0 = A (16 x bk bytes), tile 1 = B (bk/4 x 64) */
-    if (colsb_a != 64) c.colsb[0] = (uint16_t)colsb_a;
-    if (rows_b != 16) c.rows[1] = (uint8_t)rows_b;
+    c.colsb[0] = c.colsb[3] = (uint16_t)colsb_a;
+    c.rows[1] = c.rows[4] = (uint8_t)rows_b;
     MEM_BARRIER();
     _tile_loadconfig(&c);
 }
@@ -200,71 +200,84 @@ TAMX void amx_bf16_panel(int64_t K, const uint16_t *xp, int64_t T, const uint16_
 
 /* ==== int8 on packed I8 groups ================================================= */
 
-enum { IG = MM_I8_G };
+enum { IG = MM_I8_G, I8_BLK = 16 };
 
-/* Integer dots of block b for 16 tokens x one 16-row subgroup into tile C
- * (tile 0: A = the tokens' quants, tile 1: B = the subgroup's quants), then
- * out to the scratch rows s[16][16]. */
-#define I8_DOTS(C, a, lda, bq, s)                                                                \
-    do {                                                                                         \
-        _tile_loadd(0, (a), (lda));                                                              \
-        _tile_loadd(1, (bq), 4 * IG);                                                            \
-        _tile_zero(C);                                                                           \
-        _tile_dpbsud(C, 0, 1);                                                                   \
-        _tile_stored(C, (s), 64);                                                                \
-    } while (0)
-
-/* f[i] += dx_i·s·(C_i + mi_i)  (symmetric types), or
- * f[i] += dx_i·s·C_i + mf_i·m  (asymmetric: the m term by the activation sum) */
-INLINE TAMX void i8_scale(bool sym, __m512 f[16], const int32_t *c, const float *sv, const float *mv,
-                          const float *const dx[16], const void *const mb[16]) {
-    const __m512 s = _mm512_loadu_ps(sv), m = _mm512_loadu_ps(mv);
+/* One block's scale step for 16 tokens (row i: token i of the group):
+ *   symmetric   f[i] += f32(C_i + mi_i)·(s·dx_i)          (exact integer offset)
+ *   asymmetric  f[i] += f32(C_i)·(s·dx_i) + m·(dx_i·Σq_i)
+ * dx, mb: the block's 16 per-token values (transposed scales, simd.h). */
+INLINE TAMX void i8_scale(bool sym, __m512 f[16], const int32_t *c, const float *sv,
+                          const float *mv, const float *dx, const void *mb) {
+    const __m512 s = _mm512_load_ps(sv), m = _mm512_load_ps(mv);
+    const int32_t *mi = mb;
+    const float *mf = mb;
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) {
         __m512i ci = _mm512_load_si512(c + 16 * i);
-        if (sym) ci = _mm512_add_epi32(ci, _mm512_set1_epi32(*(const int32_t *)mb[i]));
-        __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(*dx[i]));
+        if (sym) ci = _mm512_add_epi32(ci, _mm512_set1_epi32(mi[i]));
+        __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(dx[i]));
         f[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), sd, f[i]);
-        if (!sym) f[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(*(const float *)mb[i]), f[i]);
+        if (!sym) f[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(mf[i]), f[i]);
     }
 }
 
-/* 16 tokens (from row t of a) x subgroup sg of the group at gp, all blocks
- * of [k0, k0+kc); writes y rows < mr, columns < nc. */
-INLINE TAMX void i8_tile16(const mm_i8_kind *kind, const mm_i8_act *a, int64_t t, int mr,
-                           int64_t k0, int64_t nblk, const uint8_t *gp, int sg, int nc,
-                           float *y, int64_t ldy, bool add) {
-    const int bk = kind->bk;
-    const size_t bbytes = (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
-    const int64_t ldx = a->ld / 32, ldm = a->ld / bk;
-    const float *dx[16];
-    const void *mb[16];
-    int32_t scratch[2][256] __attribute__((aligned(64)));
-    __m512 f[16];
-    for (int i = 0; i < 16; i++) {
-        int64_t row = t + (i < mr ? i : mr - 1);
-        dx[i] = a->dx + row * ldx + k0 / 32;
-        mb[i] = (const char *)a->mb + (size_t)(row * ldm + k0 / bk) * 4;
-        f[i] = _mm512_setzero_ps();
+/* Phase 1 of i8_tile16: the integer dots of nblk blocks, 16 tokens x one
+ * 16-row subgroup, out to c[b][16][16].  Four C tiles rotate (2, 5, 6, 7)
+ * and a block's tile is stored only after the next three products are
+ * issued: TILESTORED waits for its product, so storing at once would stall
+ * the pipeline for the product's whole latency.  A/B pairs alternate
+ * between tiles 0/1 and 3/4. */
+#define I8_DOT(TA, TB, TC, b)                                                                    \
+    do {                                                                                         \
+        _tile_loadd(TA, aq + (b) * bk, lda);                                                     \
+        _tile_loadd(TB, bq + (size_t)(b) * bbytes, 4 * IG);                                      \
+        _tile_zero(TC);                                                                          \
+        _tile_dpbsud(TC, TA, TB);                                                                \
+    } while (0)
+INLINE TAMX void i8_dots(int bk, int64_t nblk, const int8_t *aq, int64_t lda, const uint8_t *bq,
+                         size_t bbytes, int32_t *c) {
+    int64_t b = 0;
+    for (; b + 4 <= nblk; b += 4) {
+        I8_DOT(0, 1, 2, b);
+        if (b > 0) _tile_stored(5, c + (b - 3) * 256, 64);
+        I8_DOT(3, 4, 5, b + 1);
+        if (b > 0) _tile_stored(6, c + (b - 2) * 256, 64);
+        I8_DOT(0, 1, 6, b + 2);
+        if (b > 0) _tile_stored(7, c + (b - 1) * 256, 64);
+        I8_DOT(3, 4, 7, b + 3);
+        _tile_stored(2, c + b * 256, 64);
     }
-    const int8_t *aq = a->q + t * a->ld + k0;
-    const int64_t lda = a->ld;
-    I8_DOTS(2, aq, lda, gp + sg * 64, scratch[0]);
-    for (int64_t b = 0; b < nblk; b++) {
-        /* the next block's tile work overlaps this block's scaling */
-        if (b + 1 < nblk) {
-            const uint8_t *bq = gp + (size_t)(b + 1) * bbytes + sg * 64;
-            if (b & 1) I8_DOTS(2, aq + (b + 1) * bk, lda, bq, scratch[0]);
-            else I8_DOTS(3, aq + (b + 1) * bk, lda, bq, scratch[1]);
+    if (b > 0) {
+        _tile_stored(5, c + (b - 3) * 256, 64);
+        _tile_stored(6, c + (b - 2) * 256, 64);
+        _tile_stored(7, c + (b - 1) * 256, 64);
+    }
+    for (; b < nblk; b++) { /* fewer than four blocks left */
+        I8_DOT(0, 1, 2, b);
+        _tile_stored(2, c + b * 256, 64);
+    }
+}
+
+/* 16 tokens (quants at aq, lda apart; scales dxT/mbT of their group) x
+ * subgroup sg of the packed group gp, over nblk blocks; writes y rows < mr,
+ * columns < nc.  Per I8_BLK blocks the tile work first (into a 16 KiB
+ * stack buffer), then the scaling, the 16 accumulators in registers. */
+INLINE TAMX void i8_tile16(bool sym, int bk, int64_t nblk, const int8_t *aq, int64_t lda,
+                           const float *dxT, const void *mbT, const uint8_t *gp, int sg, int mr,
+                           int nc, float *y, int64_t ldy, bool add) {
+    const size_t bbytes = (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
+    int32_t c[I8_BLK * 256] __attribute__((aligned(64)));
+    __m512 f[16];
+    for (int i = 0; i < 16; i++) f[i] = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < nblk; b0 += I8_BLK) {
+        const int64_t nb = nblk - b0 < I8_BLK ? nblk - b0 : I8_BLK;
+        i8_dots(bk, nb, aq + b0 * bk, lda, gp + (size_t)b0 * bbytes + sg * 64, bbytes, c);
+        MEM_BARRIER();
+        for (int64_t b = 0; b < nb; b++) {
+            const float *sv = (const float *)(gp + (size_t)(b0 + b) * bbytes + bk * IG) + sg * 16;
+            i8_scale(sym, f, c + b * 256, sv, sv + IG, dxT + (b0 + b) * 16,
+                     (const int32_t *)mbT + (b0 + b) * 16);
         }
-        const float *sv = (const float *)(gp + (size_t)b * bbytes + bk * IG) + sg * 16;
-        const float *dxb[16];
-        const void *mbb[16];
-        for (int i = 0; i < 16; i++) {
-            dxb[i] = dx[i] + (b * bk) / 32;
-            mbb[i] = (const char *)mb[i] + (size_t)b * 4;
-        }
-        i8_scale(kind->sym, f, scratch[b & 1], sv, sv + IG, dxb, mbb);
     }
     const __mmask16 cm = lanes16(nc);
     for (int i = 0; i < mr; i++) {
@@ -275,20 +288,37 @@ INLINE TAMX void i8_tile16(const mm_i8_kind *kind, const mm_i8_act *a, int64_t t
     }
 }
 
+#define I8_PANEL_ARGS int64_t nblk, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc, \
+    const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add
+/* The loop over token groups and subgroups, for constant (sym, bk). */
+INLINE TAMX void i8_panel(bool sym, int bk, I8_PANEL_ARGS) {
+    const size_t gbytes = (size_t)nblk * (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
+    const int64_t nbt = a->ld / bk; /* blocks per token row */
+    for (int64_t t = 0; t < T; t += 16) {
+        const int mr = (int)(T - t < 16 ? T - t : 16);
+        const float *dxT = a->dxT + ((t / 16) * nbt + k0 / bk) * 16;
+        const int32_t *mbT = (const int32_t *)a->mbT + ((t / 16) * nbt + k0 / bk) * 16;
+        for (int64_t r = 0; r < np; r += 16) {
+            const int nc = (int)(np - r < 16 ? np - r : 16);
+            i8_tile16(sym, bk, nblk, a->q + t * a->ld + k0, a->ld, dxT, mbT,
+                      panel + (size_t)(r / IG) * gbytes, (int)(r % IG) / 16, mr, nc,
+                      y + t * ldy + r, ldy, add);
+        }
+    }
+}
+TAMX static void i8_panel_32s(I8_PANEL_ARGS) { i8_panel(true, 32, nblk, a, T, k0, kc, panel, np, y, ldy, add); }
+TAMX static void i8_panel_32a(I8_PANEL_ARGS) { i8_panel(false, 32, nblk, a, T, k0, kc, panel, np, y, ldy, add); }
+TAMX static void i8_panel_16s(I8_PANEL_ARGS) { i8_panel(true, 16, nblk, a, T, k0, kc, panel, np, y, ldy, add); }
+
 TAMX void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                        int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                        bool add) {
+    /* tiles 0 and 3: A (16 x bk bytes); 1 and 4: B (bk/4 rows); 2, 5-7: C */
     amx_configure(kind->bk, kind->bk / 4);
     const int64_t nblk = kc / kind->bk;
-    const size_t gbytes = mm_i8_group_bytes(kind, kc);
-    for (int64_t t = 0; t < T; t += 16) {
-        int mr = (int)(T - t < 16 ? T - t : 16);
-        for (int64_t r = 0; r < np; r += 16) {
-            int nc = (int)(np - r < 16 ? np - r : 16);
-            const uint8_t *gp = panel + (size_t)(r / IG) * gbytes;
-            i8_tile16(kind, a, t, mr, k0, nblk, gp, (int)(r % IG) / 16, nc, y + t * ldy + r, ldy, add);
-        }
-    }
+    if (kind->bk == 16) i8_panel_16s(nblk, a, T, k0, kc, panel, np, y, ldy, add);
+    else if (kind->sym) i8_panel_32s(nblk, a, T, k0, kc, panel, np, y, ldy, add);
+    else i8_panel_32a(nblk, a, T, k0, kc, panel, np, y, ldy, add);
 }
 
 /* ==== peak ===================================================================== */
