@@ -16,8 +16,10 @@
  *   avx512  AVX-512F/BW/VL; with AVX512_BF16, BF16 weights use dpbf16 on
  *           BF16 activations; with AVX512_VNNI, Q8_0/Q4_K/Q5_K/Q6_K weights
  *           use vpdpbusd on int8 activations (per-32 blocks)
- *   amx     avx512 plus the AMX tile permission granted by Linux
- *           (arch_prctl ARCH_REQ_XCOMP_PERM); see cpu_target.amx
+ *   amx     avx512 plus AMX tiles: BF16 and quantized weights on
+ *           TDPBF16PS / TDPBSUD.  Needs the tile-data permission from
+ *           Linux (arch_prctl ARCH_REQ_XCOMP_PERM); "auto" asks for it and
+ *           falls back to avx512 when it is refused
  * On other architectures only `ref` exists.
  */
 #ifndef CLEF_CORE_CPU_H

@@ -28,9 +28,13 @@
  *                   Q8_K), integer dots by vpdpbusd; elsewhere dequantized
  *                   weights with f32 activations
  *   F16 weights     dequantized, f32 activations
+ * On amx (kernels/simd_amx.c) the same precisions run on tiles: BF16
+ * weights by TDPBF16PS on BF16 activations (f32 accumulation over k),
+ * quantized weights by TDPBSUD on the same int8 activation blocks, each
+ * block's integer dot scaled in f32 by the same steps as on VNNI.
  * Weights are not repacked at load: each call packs the panel of rows it is
- * about to use (48 rows x ≤ 2048 k) into a per-thread buffer in the
- * kernel's interleaved layout (kernels/simd.h).  That costs one pass over
+ * about to use (48 rows x ≤ 2048 k; AMX BF16: 32 rows x all of k) into a
+ * per-thread buffer in the kernel's interleaved layout (kernels/simd.h).  That costs one pass over
  * the weights per call — a few percent at hundreds of tokens — and no
  * second copy of the model in memory.  Every output element is summed in
  * an order fixed by the shapes, so results do not depend on the thread count.

@@ -71,6 +71,10 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->i8.sym = w->type == CLEF_DTYPE_Q8_0 || w->type == CLEF_DTYPE_Q6_K;
         p->i8.off = w->type == CLEF_DTYPE_Q8_0 ? 128 : w->type == CLEF_DTYPE_Q6_K ? 32 : 0;
         p->i8.f16_scale = w->type == CLEF_DTYPE_Q8_0;
+        if (tg->amx && p->i8.sym) { /* Q8_0, Q6_K: signed quants, TDPBSSD */
+            p->i8.signed_q = true;
+            p->i8.off = 0;
+        }
     } else {
         p->kind = MM_KIND_DOT_F32;
         p->direct = w->type == CLEF_DTYPE_F32;

@@ -24,7 +24,8 @@
  * per weight block of bk k-values (32; 16 for Q6_K):
  *     u8 q[bk/4][48][4], f32 s[48], f32 m[48]   with W[r][k] = s[r]·q + m[r]
  * where q is the stored quant made unsigned (Q8_0: q+128, m = −128·s; Q6_K:
- * q6 in 0..63, m = −32·s; Q4_K/Q5_K: the quant, s = d·sc, m = −dmin·min).
+ * q6 in 0..63, m = −32·s; Q4_K/Q5_K: the quant, s = d·sc, m = −dmin·min);
+ * for the AMX kernels Q8_0 and Q6_K stay signed (q, q6 − 32; m = 0).
  * Rows past the weight's end are zero.  I8 activations: per 32 values an
  * int8 block with one f32 scale dx (Q8_0's layout), plus per weight block
  * −off·Σq (int32, symmetric types) or dx·Σq (f32, Q4_K/Q5_K): the m term.
@@ -64,6 +65,8 @@ typedef struct mm_i8_kind {
     bool sym;           /* m = −off·s: the m term is an integer correction    */
     int off;            /* 128 (Q8_0), 32 (Q6_K), 0                           */
     bool f16_scale;     /* activation scales rounded through f16 (Q8_0)       */
+    bool signed_q;      /* amx, Q8_0 / Q6_K: quants packed signed (q, q6 − 32;
+                           off 0, m 0) for TDPBSSD: no offset term          */
 } mm_i8_kind;
 
 /* Bytes of one packed I8 group of kc k-values. */

@@ -467,11 +467,13 @@ INLINE T512 void transpose16x8(const __m256i r[16], __m512i c[8]) {
 
 /* Q8_0 panel: 16 rows at a time, one block: quants made unsigned (^0x80)
  * and transposed to the group layout in registers. */
-T512 static void pack_q8_0(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
+T512 static void pack_q8_0(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
                            uint8_t *dst) {
     const int64_t nblk = kc / 32, groups = (np + IG - 1) / IG;
     const size_t bbytes = 32 * IG + 2 * IG * sizeof(float);
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    /* unsigned for vpdpbusd (q + 128, m = −128·s); as stored for TDPBSSD */
+    const __m256i flip = _mm256_set1_epi8(kind->signed_q ? 0 : (char)0x80);
+    const float mscale = kind->signed_q ? 0.0f : -128.0f;
     for (int64_t g = 0; g < groups; g++) {
         uint8_t *gp = dst + g * nblk * bbytes;
         for (int sg = 0; sg < IG / 16; sg++) {
@@ -502,7 +504,7 @@ T512 static void pack_q8_0(const mm_weight *w, int64_t r0, int64_t np, int64_t k
                 __m512 sv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d16));
                 float *sp = (float *)(bp + 32 * IG);
                 _mm512_store_ps(sp + sg * 16, sv);
-                _mm512_store_ps(sp + IG + sg * 16, _mm512_mul_ps(sv, _mm512_set1_ps(-128.0f)));
+                _mm512_store_ps(sp + IG + sg * 16, _mm512_mul_ps(sv, _mm512_set1_ps(mscale)));
             }
         }
     }
@@ -532,6 +534,7 @@ T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t
     const size_t bbytes = (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
     const size_t tsz = w->type == CLEF_DTYPE_Q4_K ? 144 : w->type == CLEF_DTYPE_Q5_K ? 176 : 210;
     const __m256i lo4 = _mm256_set1_epi8(0x0f), three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i m32 = _mm256_set1_epi8(32);
     for (int64_t g = 0; g < groups; g++) {
         uint8_t *gp = dst + g * nblk * bbytes;
         for (int sg = 0; sg < IG / 16; sg++) {
@@ -556,7 +559,7 @@ T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t
                     for (int j = 0; j < 256 / bk; j++) {
                         float *sp = (float *)(gp + (b0 + j) * bbytes + bk * IG);
                         sp[sg * 16 + i] = sv[j];
-                        sp[IG + sg * 16 + i] = mv[j];
+                        sp[IG + sg * 16 + i] = kind->signed_q ? 0.0f : mv[j];
                     }
                 }
                 __m256i r[16];
@@ -606,6 +609,12 @@ T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t
                             q1[i] = _mm256_or_si256(_mm256_and_si256(c, lo4), _mm256_slli_epi16(h1, 4));
                             q2[i] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), lo4), _mm256_slli_epi16(h2, 4));
                             q3[i] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), lo4), _mm256_slli_epi16(h3, 4));
+                            if (kind->signed_q) { /* q6 − 32, as stored it means */
+                                r[i] = _mm256_sub_epi8(r[i], m32);
+                                q1[i] = _mm256_sub_epi8(q1[i], m32);
+                                q2[i] = _mm256_sub_epi8(q2[i], m32);
+                                q3[i] = _mm256_sub_epi8(q3[i], m32);
+                            }
                         }
                         const int64_t hb = b0 + 8 * half; /* 16-blocks of this half */
                         store_rows32(r, bk, gp, bbytes, hb + 0, sg);
@@ -622,7 +631,7 @@ T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t
 /* The panel packers by type (is_i8_type in mm_fast.c admits exactly these). */
 T512 void avx512_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                          int64_t k0, int64_t kc, uint8_t *dst) {
-    if (w->type == CLEF_DTYPE_Q8_0) pack_q8_0(w, r0, np, k0, kc, dst);
+    if (w->type == CLEF_DTYPE_Q8_0) pack_q8_0(kind, w, r0, np, k0, kc, dst);
     else pack_kquant(kind, w, r0, np, k0, kc, dst);
 }
 
