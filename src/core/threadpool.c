@@ -29,6 +29,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 static inline void cpu_relax(void) { _mm_pause(); }
+#elif defined(__aarch64__)
+static inline void cpu_relax(void) { __asm__ volatile("yield"); }
 #else
 static inline void cpu_relax(void) {}
 #endif
