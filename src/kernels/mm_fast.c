@@ -88,7 +88,8 @@ const char *mm_precision(const cpu_target *tg, const mm_weight *w) {
     mm_plan p;
     if (!plan_make(tg, w, &p)) return "f32";
     if (p.kind == MM_KIND_I8 || p.kind == MM_KIND_AMX_I8) return "int8";
-    return p.kind == MM_KIND_DOT_BF16 || p.kind == MM_KIND_AMX_BF16 || p.round_bf16 ? "bf16" : "f32";
+    bool bf16 = p.kind == MM_KIND_DOT_BF16 || p.kind == MM_KIND_AMX_BF16 || p.round_bf16;
+    return bf16 ? "bf16" : "f32";
 }
 
 /* ---- workspace ---- */
@@ -109,8 +110,10 @@ static size_t act_bytes(const mm_plan *p, const mm_weight *w, int64_t T) {
     case MM_KIND_AMX_BF16: return align_up(tin * 2);
     case MM_KIND_I8:
     case MM_KIND_AMX_I8: {
-        size_t b = align_up(tin) + align_up(tin / 32 * sizeof(float)) + align_up(tin / (size_t)p->i8.bk * 4);
-        return p->kind == MM_KIND_AMX_I8 ? b + 2 * align_up(tin / (size_t)p->i8.bk * 4) : b;
+        /* q, dx, mb; on amx also dxT, mbT (each the size of mb) */
+        const size_t mb = align_up(tin / (size_t)p->i8.bk * 4);
+        size_t b = align_up(tin) + align_up(tin / 32 * sizeof(float)) + mb;
+        return p->kind == MM_KIND_AMX_I8 ? b + 2 * mb : b;
     }
     default: return p->round_bf16 ? align_up(tin * sizeof(float)) : 0;
     }

@@ -1,19 +1,21 @@
 /*
  * kernels/simd_amx.c — the AMX (tile) kernels behind kernels/simd.h: BF16
- * weights on TDPBF16PS, quantized weights on TDPBSUD, the weight packing the
- * BF16 tiles need, and the tile peak loop.
+ * weights on TDPBF16PS, quantized weights on TDPBSSD / TDPBSUD, the
+ * repacking the BF16 tiles need, and the tile peak loop.
  *
- * Orientation.  A tiles are activation rows (16 tokens x 64 bytes of k),
- * read in place from the converted activations; B tiles are weight rows in
- * the "VNNI" layout the instructions want (per 4 bytes of k, 16 output rows
- * side by side), so C tiles are [16 tokens][16 rows] and land in y as is.
- *   BF16:  B = [16 k-pairs][16 rows][2 bf16]   (amx_pack_bf16, per call)
- *   int8:  B = the packed I8 group of simd.h, whose [bk/4][48][4] quants are
- *          already that layout for each 16 of the 48 rows.
- * BF16 accumulates in the C tiles over a whole k block.  Quantized weights
- * have one scale per block of 32 (16 for Q6_K) on both sides, so each
- * block's integer C tile is stored and scaled into f32 accumulators with
- * AVX-512 — that scaling, not the tile unit, bounds the int8 kernel.
+ * Orientation.  A tiles are activation rows (16 tokens x 64 bytes of k); B
+ * tiles are weight rows in the "VNNI" layout the instructions want (per 4
+ * bytes of k, 16 output rows side by side); C tiles are [16 tokens][16 rows].
+ *   BF16:  A from activations repacked as contiguous 1 KiB tiles
+ *          (amx_act_bf16), B = [16 k-pairs][16 rows][2 bf16] (amx_pack_bf16,
+ *          per call); C accumulates over MM_AMX_KB blocks of 32 k, then in
+ *          f32 scratch, and goes to y once all of k is done.
+ *   int8:  A = the int8 activation rows in place; B = the packed I8 group of
+ *          simd.h, whose [bk/4][48][4] quants are already that layout for
+ *          each 16 of the 48 rows.  One scale per block of 32 (16 for Q6_K)
+ *          on both sides, so each block's integer C tile is stored and scaled
+ *          into f32 accumulators with AVX-512 — that scaling, not the tile
+ *          unit, bounds the int8 kernel.
  *
  * Tile state is per thread: every entry point loads its configuration
  * (LDTILECFG) first, so a pool thread may run any of them in any order.
@@ -27,7 +29,9 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define TAMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,amx-tile,amx-bf16,amx-int8")))
+#define TAMX                                                                           \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,"            \
+                          "amx-tile,amx-bf16,amx-int8")))
 #define INLINE static inline __attribute__((always_inline))
 /* The tile-load macros do not tell the compiler they read memory: plain
  * stores before one must be made visible first. */
@@ -63,7 +67,8 @@ INLINE TAMX __mmask16 lanes16(int64_t n) {
 
 /* ==== BF16 ================================================================== */
 
-/* c[j] = dword j of the 16 rows r[0..16): a 16 x 16 transpose. */
+/* In place, r becomes its 16 x 16 dword transpose: r[j] = dword j of each
+ * of the 16 rows given. */
 INLINE TAMX void transpose16x16(__m512i r[16]) {
     __m512i t[16], u[16];
     for (int i = 0; i < 8; i++) {
@@ -148,7 +153,8 @@ TAMX void amx_act_bf16(const float *x, int64_t in, int64_t T, int64_t t0, int64_
 /* C (tiles 4..7) += 32 tokens x 32 rows over nkb blocks of 32 k: A tiles
  * from the two token groups at a0, a1 (next block 512 elements on), B from
  * the panel at b (next block 1024 on). */
-INLINE TAMX void bf16_block(int64_t nkb, const uint16_t *a0, const uint16_t *a1, const uint16_t *b) {
+INLINE TAMX void bf16_block(int64_t nkb, const uint16_t *a0, const uint16_t *a1,
+                            const uint16_t *b) {
     for (int64_t kb = 0; kb < nkb; kb++, a0 += 512, a1 += 512, b += 1024) {
         _tile_loadd(0, a0, 64);
         _tile_loadd(1, a1, 64);
@@ -236,8 +242,8 @@ INLINE TAMX void i8_scale(bool sym, bool sq, __m512 f[16], const int32_t *c, con
         if (sq) _tile_dpbssd(TC, TA, TB);                                                        \
         else _tile_dpbsud(TC, TA, TB);                                                           \
     } while (0)
-INLINE TAMX void i8_dots(bool sq, int bk, int64_t nblk, const int8_t *aq, int64_t lda, const uint8_t *bq,
-                         size_t bbytes, int32_t *c) {
+INLINE TAMX void i8_dots(bool sq, int bk, int64_t nblk, const int8_t *aq, int64_t lda,
+                         const uint8_t *bq, size_t bbytes, int32_t *c) {
     int64_t b = 0;
     for (; b + 4 <= nblk; b += 4) {
         I8_DOT(0, 1, 2, b);
