@@ -137,7 +137,7 @@ void amx_pack_bf16(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64
 void amx_bf16_panel(int64_t K, const uint16_t *xp, int64_t T, const uint16_t *panel, int64_t np,
                     float *y, int64_t ldy, float *acc);
 /* avx512_i8_panel's contract on AMX; a->q, dxT and mbT readable up to row T
- * rounded up to 16. */
+ * rounded up to 16.  Symmetric kinds must be packed signed (signed_q). */
 void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
                   const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add);
 /* Tile peak loop (kind 1: bf16, 2: int8), as avx512_peak. */

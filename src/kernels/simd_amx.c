@@ -209,21 +209,16 @@ TAMX void amx_bf16_panel(int64_t K, const uint16_t *xp, int64_t T, const uint16_
 enum { IG = MM_I8_G, I8_BLK = 16 };
 
 /* One block's scale step for 16 tokens (row i: token i of the group):
- *   symmetric   f[i] += f32(C_i + mi_i)·(s·dx_i)          (exact integer offset;
- *               none for signed quants, sq)
- *   asymmetric  f[i] += f32(C_i)·(s·dx_i) + m·(dx_i·Σq_i)
- * dx, mb: the block's 16 per-token values (transposed scales, simd.h). */
-INLINE TAMX void i8_scale(bool sym, bool sq, __m512 f[16], const int32_t *c, const float *sv,
-                          const float *mv, const float *dx, const void *mb) {
+ *   symmetric (signed quants)  f[i] += f32(C_i)·(s·dx_i)
+ *   asymmetric                 f[i] += f32(C_i)·(s·dx_i) + m·(dx_i·Σq_i)
+ * dx, mf: the block's 16 per-token values (transposed scales, simd.h). */
+INLINE TAMX void i8_scale(bool sym, __m512 f[16], const int32_t *c, const float *sv,
+                          const float *mv, const float *dx, const float *mf) {
     const __m512 s = _mm512_load_ps(sv), m = _mm512_load_ps(mv);
-    const int32_t *mi = mb;
-    const float *mf = mb;
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) {
-        __m512i ci = _mm512_load_si512(c + 16 * i);
-        if (sym && !sq) ci = _mm512_add_epi32(ci, _mm512_set1_epi32(mi[i]));
         __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(dx[i]));
-        f[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), sd, f[i]);
+        f[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * i)), sd, f[i]);
         if (!sym) f[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(mf[i]), f[i]);
     }
 }
@@ -239,10 +234,10 @@ INLINE TAMX void i8_scale(bool sym, bool sq, __m512 f[16], const int32_t *c, con
         _tile_loadd(TA, aq + (b) * bk, lda);                                                     \
         _tile_loadd(TB, bq + (size_t)(b) * bbytes, 4 * IG);                                      \
         _tile_zero(TC);                                                                          \
-        if (sq) _tile_dpbssd(TC, TA, TB);                                                        \
+        if (sym) _tile_dpbssd(TC, TA, TB);                                                       \
         else _tile_dpbsud(TC, TA, TB);                                                           \
     } while (0)
-INLINE TAMX void i8_dots(bool sq, int bk, int64_t nblk, const int8_t *aq, int64_t lda,
+INLINE TAMX void i8_dots(bool sym, int bk, int64_t nblk, const int8_t *aq, int64_t lda,
                          const uint8_t *bq, size_t bbytes, int32_t *c) {
     int64_t b = 0;
     for (; b + 4 <= nblk; b += 4) {
@@ -270,7 +265,7 @@ INLINE TAMX void i8_dots(bool sq, int bk, int64_t nblk, const int8_t *aq, int64_
  * subgroup sg of the packed group gp, over nblk blocks; writes y rows < mr,
  * columns < nc.  Per I8_BLK blocks the tile work first (into a 16 KiB
  * stack buffer), then the scaling, the 16 accumulators in registers. */
-INLINE TAMX void i8_tile16(bool sym, bool sq, int bk, int64_t nblk, const int8_t *aq, int64_t lda,
+INLINE TAMX void i8_tile16(bool sym, int bk, int64_t nblk, const int8_t *aq, int64_t lda,
                            const float *dxT, const void *mbT, const uint8_t *gp, int sg, int mr,
                            int nc, float *y, int64_t ldy, bool add) {
     const size_t bbytes = (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
@@ -279,12 +274,12 @@ INLINE TAMX void i8_tile16(bool sym, bool sq, int bk, int64_t nblk, const int8_t
     for (int i = 0; i < 16; i++) f[i] = _mm512_setzero_ps();
     for (int64_t b0 = 0; b0 < nblk; b0 += I8_BLK) {
         const int64_t nb = nblk - b0 < I8_BLK ? nblk - b0 : I8_BLK;
-        i8_dots(sq, bk, nb, aq + b0 * bk, lda, gp + (size_t)b0 * bbytes + sg * 64, bbytes, c);
+        i8_dots(sym, bk, nb, aq + b0 * bk, lda, gp + (size_t)b0 * bbytes + sg * 64, bbytes, c);
         MEM_BARRIER();
         for (int64_t b = 0; b < nb; b++) {
             const float *sv = (const float *)(gp + (size_t)(b0 + b) * bbytes + bk * IG) + sg * 16;
-            i8_scale(sym, sq, f, c + b * 256, sv, sv + IG, dxT + (b0 + b) * 16,
-                     (const int32_t *)mbT + (b0 + b) * 16);
+            i8_scale(sym, f, c + b * 256, sv, sv + IG, dxT + (b0 + b) * 16,
+                     (const float *)mbT + (b0 + b) * 16);
         }
     }
     const __mmask16 cm = lanes16(nc);
@@ -299,7 +294,7 @@ INLINE TAMX void i8_tile16(bool sym, bool sq, int bk, int64_t nblk, const int8_t
 #define I8_PANEL_ARGS int64_t nblk, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc, \
     const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add
 /* The loop over token groups and subgroups, for constant (sym, bk). */
-INLINE TAMX void i8_panel(bool sym, bool sq, int bk, I8_PANEL_ARGS) {
+INLINE TAMX void i8_panel(bool sym, int bk, I8_PANEL_ARGS) {
     const size_t gbytes = (size_t)nblk * (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
     const int64_t nbt = a->ld / bk; /* blocks per token row */
     for (int64_t t = 0; t < T; t += 16) {
@@ -308,17 +303,16 @@ INLINE TAMX void i8_panel(bool sym, bool sq, int bk, I8_PANEL_ARGS) {
         const int32_t *mbT = (const int32_t *)a->mbT + ((t / 16) * nbt + k0 / bk) * 16;
         for (int64_t r = 0; r < np; r += 16) {
             const int nc = (int)(np - r < 16 ? np - r : 16);
-            i8_tile16(sym, sq, bk, nblk, a->q + t * a->ld + k0, a->ld, dxT, mbT,
+            i8_tile16(sym, bk, nblk, a->q + t * a->ld + k0, a->ld, dxT, mbT,
                       panel + (size_t)(r / IG) * gbytes, (int)(r % IG) / 16, mr, nc,
                       y + t * ldy + r, ldy, add);
         }
     }
 }
 #define I8_PANEL_PASS nblk, a, T, k0, kc, panel, np, y, ldy, add
-TAMX static void i8_panel_32q(I8_PANEL_ARGS) { i8_panel(true, true, 32, I8_PANEL_PASS); }
-TAMX static void i8_panel_32s(I8_PANEL_ARGS) { i8_panel(true, false, 32, I8_PANEL_PASS); }
-TAMX static void i8_panel_32a(I8_PANEL_ARGS) { i8_panel(false, false, 32, I8_PANEL_PASS); }
-TAMX static void i8_panel_16q(I8_PANEL_ARGS) { i8_panel(true, true, 16, I8_PANEL_PASS); }
+TAMX static void i8_panel_32s(I8_PANEL_ARGS) { i8_panel(true, 32, I8_PANEL_PASS); }
+TAMX static void i8_panel_32a(I8_PANEL_ARGS) { i8_panel(false, 32, I8_PANEL_PASS); }
+TAMX static void i8_panel_16s(I8_PANEL_ARGS) { i8_panel(true, 16, I8_PANEL_PASS); }
 
 TAMX void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                        int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
@@ -326,9 +320,7 @@ TAMX void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, in
     /* tiles 0 and 3: A (16 x bk bytes); 1 and 4: B (bk/4 rows); 2, 5-7: C */
     amx_configure(kind->bk, kind->bk / 4);
     const int64_t nblk = kc / kind->bk;
-    /* symmetric types come packed signed on amx (mm_fast.c plan_make) */
-    if (kind->bk == 16) i8_panel_16q(nblk, a, T, k0, kc, panel, np, y, ldy, add);
-    else if (kind->signed_q) i8_panel_32q(nblk, a, T, k0, kc, panel, np, y, ldy, add);
+    if (kind->bk == 16) i8_panel_16s(nblk, a, T, k0, kc, panel, np, y, ldy, add);
     else if (kind->sym) i8_panel_32s(nblk, a, T, k0, kc, panel, np, y, ldy, add);
     else i8_panel_32a(nblk, a, T, k0, kc, panel, np, y, ldy, add);
 }
