@@ -17,9 +17,9 @@
  *           BF16 activations; with AVX512_VNNI, Q8_0/Q4_K/Q5_K/Q6_K weights
  *           use vpdpbusd on int8 activations (per-32 blocks)
  *   amx     avx512 plus AMX tiles: BF16 and quantized weights on
- *           TDPBF16PS / TDPBSUD.  Needs the tile-data permission from
- *           Linux (arch_prctl ARCH_REQ_XCOMP_PERM); "auto" asks for it and
- *           falls back to avx512 when it is refused
+ *           TDPBF16PS / TDPBSSD / TDPBSUD.  Needs the tile-data
+ *           permission from Linux (arch_prctl ARCH_REQ_XCOMP_PERM);
+ *           "auto" asks for it and falls back to avx512 when refused
  * On other architectures only `ref` exists.
  */
 #ifndef CLEF_CORE_CPU_H

@@ -28,7 +28,7 @@ typedef enum mm_kind {
     MM_KIND_DOT_BF16,
     MM_KIND_I8,
     MM_KIND_AMX_BF16,   /* BF16 weights packed per panel, TDPBF16PS          */
-    MM_KIND_AMX_I8,     /* the I8 panels on TDPBSUD                          */
+    MM_KIND_AMX_I8,     /* the I8 panels on TDPBSSD / TDPBSUD                */
 } mm_kind;
 
 typedef struct mm_plan {
@@ -170,7 +170,9 @@ typedef struct mm_fast_job {
 } mm_fast_job;
 
 /* The amx copies of the activation scales, rows [t0, t1) (whole groups of
- * 16; rows past T zero): dxT/mbT[t/16][b][t%16] per weight block b. */
+ * 16; rows past T zero): dxT/mbT[t/16][b][t%16] per weight block b.  mbT
+ * only for the asymmetric types: the symmetric ones are packed signed and
+ * have no activation-sum term. */
 static void transpose_scales(mm_fast_job *j, int64_t t0, int64_t t1) {
     const int bk = j->p.i8.bk;
     const int64_t nb = j->w->in / bk, nb32 = j->w->in / 32;
@@ -182,7 +184,7 @@ static void transpose_scales(mm_fast_job *j, int64_t t0, int64_t t1) {
         for (int64_t b = 0; b < nb; b++) {
             int64_t d = ((t / 16) * nb + b) * 16 + t % 16;
             dxT[d] = real ? j->i8.dx[t * nb32 + b * bk / 32] : 0.0f;
-            mbT[d] = real ? mb[t * nb + b] : 0u; /* int32 or f32 bits alike */
+            if (!j->p.i8.sym) mbT[d] = real ? mb[t * nb + b] : 0u;
         }
     }
 }

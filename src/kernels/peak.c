@@ -64,7 +64,8 @@ double mm_peak_gflops(const cpu_target *tg, const char *precision, tp_pool *pool
         if (!strcmp(precision, "int8") && tg->vnni) j.kind = 2;
     }
     if (tg->amx) {
-        /* the tile instructions (TDPBF16PS, TDPBSUD) are what the matmuls use */
+        /* tile products are what the matmuls use (the int8 peak is
+         * measured with TDPBSUD) */
         if (!strcmp(precision, "bf16")) j.kind = 3;
         if (!strcmp(precision, "int8")) j.kind = 4;
     }

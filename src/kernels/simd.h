@@ -54,7 +54,8 @@ typedef struct mm_i8_act {
     const void *mb;     /* [T][ld/bk]: int32 (sym) or f32 (asym)              */
     int64_t ld;         /* = in                                               */
     /* amx only: dx and mb per weight block, 16 tokens side by side:
-     * [T/16][ld/bk][16] (dx repeated for both 16-blocks of a 32) */
+     * [T/16][ld/bk][16] (dx repeated for both 16-blocks of a 32; mbT
+     * filled for the asymmetric types only) */
     const float *dxT;
     const void *mbT;
 } mm_i8_act;

@@ -467,8 +467,8 @@ INLINE T512 void transpose16x8(const __m256i r[16], __m512i c[8]) {
 
 /* Q8_0 panel: 16 rows at a time, one block: quants made unsigned (^0x80)
  * and transposed to the group layout in registers. */
-T512 static void pack_q8_0(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
-                           uint8_t *dst) {
+T512 static void pack_q8_0(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+                           int64_t k0, int64_t kc, uint8_t *dst) {
     const int64_t nblk = kc / 32, groups = (np + IG - 1) / IG;
     const size_t bbytes = 32 * IG + 2 * IG * sizeof(float);
     /* unsigned for vpdpbusd (q + 128, m = −128·s); as stored for TDPBSSD */
