@@ -9,8 +9,9 @@
  * arbiter) and from the activations each precision is specified to use:
  *   f32   x as given                       |Δ| ≤ 1e-5·Σ|x·w| + 1e-6
  *   bf16  x rounded to BF16 (RNE)          |Δ| ≤ 1e-5·Σ|x'·w| + 1e-6
- *   int8  x quantized per 32: d = max|x|/127 (rounded through f16 for Q8_0
- *         weights), q = rne(x·(1/d))       |Δ| ≤ 1e-5·Σ|d·q·w| + 1e-6
+ *   int8  x quantized per 32 (per 256 for Q4_K/Q5_K on amx): d = max|x|/127
+ *         (rounded through f16 for Q8_0 weights), q = rne(x·(1/d))
+ *                                          |Δ| ≤ 1e-5·Σ|d·q·w| + 1e-6
  * and, for bf16 / int8, against unrounded x within the bound the rounding
  * itself allows (|x − x'| ≤ 2^-9|x|; |x − d·q| ≤ d/2 per element).
  * Results must not depend on the thread count (1 vs 3 threads, bitwise).
@@ -93,14 +94,16 @@ static uint8_t *make_weight(uint32_t type, int64_t in, int64_t out, size_t *row_
 
 static float round_bf16(float x) { return clef_bf16_to_f32(clef_f32_to_bf16(x)); }
 
-/* Per block of 32: d and q as the int8 path defines them; xq = d·q. */
-static void quantize_i8(const float *x, int64_t n, bool f16_scale, float *xq, float *half_d) {
-    for (int64_t b = 0; b < n; b += 32) {
+/* Per block of bs (32, or 256 on the K-quant plane kernel): d and q as the
+ * int8 path defines them; xq = d·q. */
+static void quantize_i8(const float *x, int64_t n, int bs, bool f16_scale, float *xq,
+                        float *half_d) {
+    for (int64_t b = 0; b < n; b += bs) {
         float amax = 0.0f;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b + i]));
+        for (int i = 0; i < bs; i++) amax = fmaxf(amax, fabsf(x[b + i]));
         float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         float dd = f16_scale ? clef_f16_to_f32(clef_f32_to_f16(d)) : d;
-        for (int i = 0; i < 32; i++) {
+        for (int i = 0; i < bs; i++) {
             float q = nearbyintf(x[b + i] * id);
             xq[b + i] = dd * q;
             /* |x − dd·q| ≤ |x − d·q| + |d − dd|·|q| ≤ d/2 + 127|d − dd| */
@@ -153,7 +156,8 @@ static void check_one(const path_case *pc, uint32_t type, int64_t in, int64_t ou
     for (int64_t t = 0; t < T; t++) {
         const float *xt = x + t * in;
         if (!strcmp(prec, "int8")) {
-            quantize_i8(xt, in, type == CLEF_DTYPE_Q8_0, xs + t * in, slack + t * in);
+            quantize_i8(xt, in, mm_act_block(&pc->tg, &w), type == CLEF_DTYPE_Q8_0, xs + t * in,
+                        slack + t * in);
         } else {
             for (int64_t i = 0; i < in; i++) {
                 xs[t * in + i] = !strcmp(prec, "bf16") ? round_bf16(xt[i]) : xt[i];
@@ -224,6 +228,10 @@ static void test_matmul_paths(void **state) {
         check_one(&pcs[p], CLEF_DTYPE_BF16, 64, 40, 530, pool);
         check_one(&pcs[p], CLEF_DTYPE_Q8_0, 1088, 64, 33, pool);
         check_one(&pcs[p], CLEF_DTYPE_Q6_K, 512, 50, 17, pool);
+        /* the K-quant planes: token pairs with a part-filled second group,
+         * k blocks of 1024 then 512, both 16-row subgroups and a 6-row tail */
+        check_one(&pcs[p], CLEF_DTYPE_Q4_K, 2560, 70, 45, pool);
+        check_one(&pcs[p], CLEF_DTYPE_Q5_K, 512, 33, 600, pool);
     }
     tp_free(pool);
 }

@@ -96,6 +96,10 @@ void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const
 /* What tg computes w with: "f32", "bf16" or "int8" (activation precision). */
 const char *mm_precision(const cpu_target *tg, const mm_weight *w);
 
+/* For an "int8" product: elements per activation scale, 32, or 256 for
+ * Q4_K / Q5_K on amx (the plane kernel; llama.cpp's Q8_K blocks). */
+int mm_act_block(const cpu_target *tg, const mm_weight *w);
+
 /* Small dense products on one thread, for attention and the delta rule
  * (f32; path ref: plain loops, avx2/avx512/amx: register-tiled FMA kernels):
  *   mm_gemm_nn:  C[i][j] = (add ? C[i][j] : 0) + Σ_k A[i·rsa + k·csa] · B[k·ldb + j]

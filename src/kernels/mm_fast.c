@@ -29,6 +29,7 @@ typedef enum mm_kind {
     MM_KIND_I8,
     MM_KIND_AMX_BF16,   /* BF16 weights packed per panel, TDPBF16PS          */
     MM_KIND_AMX_I8,     /* the I8 panels on TDPBSSD / TDPBSUD                */
+    MM_KIND_AMX_KQ,     /* Q4_K / Q5_K as byte planes, per-256 activations   */
 } mm_kind;
 
 typedef struct mm_plan {
@@ -43,6 +44,7 @@ typedef struct mm_plan {
 enum {
     MM_NP = 48, MM_KC_F32 = 1024, MM_KC_BF16 = 2048, MM_KC_I8 = 1024, MM_ALIGN = 64,
     MM_NP_AMX_BF16 = 32,    /* two row groups of 16: the 2 x 2 tile block */
+    MM_NP_AMX_KQ = 64,      /* four subgroups of 16 rows                   */
 };
 
 static bool is_i8_type(uint32_t t) {
@@ -64,6 +66,10 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->kind = MM_KIND_DOT_BF16;
         p->direct = true;
         p->KC = MM_KC_BF16;
+    } else if (tg->amx && (w->type == CLEF_DTYPE_Q4_K || w->type == CLEF_DTYPE_Q5_K)) {
+        p->kind = MM_KIND_AMX_KQ;
+        p->NP = MM_NP_AMX_KQ;
+        p->KC = MM_KC_I8;
     } else if ((tg->amx || (avx512 && tg->vnni)) && is_i8_type(w->type)) {
         p->kind = tg->amx ? MM_KIND_AMX_I8 : MM_KIND_I8;
         p->KC = MM_KC_I8;
@@ -87,9 +93,14 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
 const char *mm_precision(const cpu_target *tg, const mm_weight *w) {
     mm_plan p;
     if (!plan_make(tg, w, &p)) return "f32";
-    if (p.kind == MM_KIND_I8 || p.kind == MM_KIND_AMX_I8) return "int8";
+    if (p.kind == MM_KIND_I8 || p.kind == MM_KIND_AMX_I8 || p.kind == MM_KIND_AMX_KQ) return "int8";
     bool bf16 = p.kind == MM_KIND_DOT_BF16 || p.kind == MM_KIND_AMX_BF16 || p.round_bf16;
     return bf16 ? "bf16" : "f32";
+}
+
+int mm_act_block(const cpu_target *tg, const mm_weight *w) {
+    mm_plan p;
+    return plan_make(tg, w, &p) && p.kind == MM_KIND_AMX_KQ ? 256 : 32;
 }
 
 /* ---- workspace ---- */
@@ -99,7 +110,9 @@ static size_t align_up(size_t n) { return (n + MM_ALIGN - 1) / MM_ALIGN * MM_ALI
 /* Token rows the activations are allocated for: tile kernels read whole
  * tiles of 32 (BF16) or 16 (int8) rows. */
 static int64_t act_rows(const mm_plan *p, int64_t T) {
-    int64_t r = p->kind == MM_KIND_AMX_BF16 ? 32 : p->kind == MM_KIND_AMX_I8 ? 16 : 1;
+    int64_t r = p->kind == MM_KIND_AMX_BF16 || p->kind == MM_KIND_AMX_KQ ? 32
+                : p->kind == MM_KIND_AMX_I8                                ? 16
+                                                                           : 1;
     return (T + r - 1) / r * r;
 }
 
@@ -115,6 +128,8 @@ static size_t act_bytes(const mm_plan *p, const mm_weight *w, int64_t T) {
         size_t b = align_up(tin) + align_up(tin / 32 * sizeof(float)) + mb;
         return p->kind == MM_KIND_AMX_I8 ? b + 2 * mb : b;
     }
+    case MM_KIND_AMX_KQ: /* q, dT (one per 256), bsT (one per 32) */
+        return align_up(tin) + align_up(tin / 256 * sizeof(float)) + align_up(tin / 32 * sizeof(float));
     default: return p->round_bf16 ? align_up(tin * sizeof(float)) : 0;
     }
 }
@@ -124,6 +139,7 @@ static size_t thread_bytes(const mm_plan *p) {
     case MM_KIND_I8:
     case MM_KIND_AMX_I8:
         return align_up((size_t)((p->NP + MM_I8_G - 1) / MM_I8_G) * mm_i8_group_bytes(&p->i8, p->KC));
+    case MM_KIND_AMX_KQ: return (size_t)(p->NP / 16) * (size_t)(p->KC / 256) * MM_KQ_REC;
     case MM_KIND_AMX_BF16:
         /* the packed panel over all of k, then the f32 accumulators */
         return align_up((size_t)(p->KC / 32) * 2048) + (size_t)MM_AMX_TT * 32 * sizeof(float);
@@ -199,6 +215,10 @@ static void act_task(void *ctx, int ith, int nth) {
         amx_act_bf16(j->x, in, j->T, t0, t1, (uint16_t *)j->act);
         return;
     }
+    if (j->p.kind == MM_KIND_AMX_KQ) {
+        amx_act_kq(j->x, in, j->T, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dxT, (float *)j->i8.mbT);
+        return;
+    }
     const int64_t tp = t1; /* past T: padding rows (pad_act_rows, transpose_scales) */
     t1 = t1 < j->T ? t1 : j->T;
     if (t0 >= t1) return;
@@ -251,6 +271,10 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
     case MM_KIND_AMX_I8:
         avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
         amx_i8_panel(&j->p.i8, &j->i8, j->T, k0, kc, tb, np, y, out, add);
+        break;
+    case MM_KIND_AMX_KQ:
+        amx_pack_kq(w, p0, np, k0, kc, tb);
+        amx_kq_panel(&j->i8, j->T, k0, kc, tb, np, y, out, add);
         break;
     case MM_KIND_AMX_BF16: {
         /* kc is all of k (plan_make): one call per panel */
@@ -324,6 +348,13 @@ void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const
             j.i8.dxT = (const float *)((const uint8_t *)j.i8.mb + mbb);
             j.i8.mbT = (const uint8_t *)j.i8.mb + 2 * mbb;
         }
+    }
+    if (j.p.kind == MM_KIND_AMX_KQ) {
+        size_t tin = (size_t)act_rows(&j.p, T) * (size_t)w->in;
+        j.i8.q = (const int8_t *)j.act;
+        j.i8.dxT = (const float *)(j.act + align_up(tin));
+        j.i8.mbT = j.act + align_up(tin) + align_up(tin / 256 * sizeof(float));
+        j.i8.ld = w->in;
     }
     if (ab) tp_run(pool, act_task, &j);
     pad_act_rows(&j);

@@ -25,6 +25,9 @@
  */
 #include "kernels/simd.h"
 
+#include "core/dtype.h"
+#include "kernels/dequant.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <string.h>
@@ -325,6 +328,211 @@ TAMX void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, in
     else i8_panel_32a(nblk, a, T, k0, kc, panel, np, y, ldy, add);
 }
 
+/* ==== Q4_K / Q5_K in planes (simd.h) =========================================== */
+
+enum { KQ_PLANE = 4096, KQ_SCALES = 2 * KQ_PLANE };
+
+TAMX void amx_act_kq(const float *x, int64_t in, int64_t T, int64_t t0, int64_t t1, int8_t *q,
+                     float *dT, float *bsT) {
+    const int64_t nsb = in / 256, n32 = in / 32;
+    for (int64_t t = t0; t < t1; t++) {
+        int8_t *qr = q + t * in;
+        float *dt = dT + (t / 16) * nsb * 16 + t % 16, *bt = bsT + (t / 16) * n32 * 16 + t % 16;
+        if (t >= T) {
+            memset(qr, 0, (size_t)in);
+            for (int64_t s = 0; s < nsb; s++) dt[s * 16] = 0.0f;
+            for (int64_t b = 0; b < n32; b++) bt[b * 16] = 0.0f;
+            continue;
+        }
+        for (int64_t s = 0; s < nsb; s++) {
+            const float *xs = x + t * in + 256 * s;
+            __m512 a = _mm512_setzero_ps();
+            for (int i = 0; i < 256; i += 16) a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(xs + i)));
+            const float d = _mm512_reduce_max_ps(a) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            dt[s * 16] = d;
+            for (int j = 0; j < 8; j++) {
+                const __m512 v = _mm512_set1_ps(id);
+                __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 32 * j), v));
+                __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 32 * j + 16), v));
+                _mm_storeu_si128((__m128i *)(qr + 256 * s + 32 * j), _mm512_cvtsepi32_epi8(q0));
+                _mm_storeu_si128((__m128i *)(qr + 256 * s + 32 * j + 16), _mm512_cvtsepi32_epi8(q1));
+                bt[(s * 8 + j) * 16] = d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            }
+        }
+    }
+}
+
+/* v·f per byte for f < 8 (v ≤ 31: no carries past a byte). */
+INLINE TAMX __m256i mul_small(__m256i v, int f) {
+    const __m256i v2 = _mm256_add_epi8(v, v), v4 = _mm256_add_epi8(v2, v2);
+    __m256i r = _mm256_setzero_si256();
+    if (f & 1) r = v;
+    if (f & 2) r = _mm256_add_epi8(r, v2);
+    if (f & 4) r = _mm256_add_epi8(r, v4);
+    return r;
+}
+
+/* One row's super-block: the quants of 64 k starting at 64·c as two halves
+ * (sub-blocks 2c and 2c+1), unsigned 0..15 (Q4_K) or 0..31 (Q5_K). */
+INLINE TAMX void kq_quants(bool five, const uint8_t *blk, int c, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + (five ? 48 : 16) + 32 * c));
+    *lo = _mm256_and_si256(v, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (five) {
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+    }
+}
+
+/* One subgroup's record for one super-block: rows[i] the 16 rows' blocks
+ * (NULL past the panel). */
+INLINE TAMX void kq_pack_record(bool five, const uint8_t *const rows[16], uint8_t *rec) {
+    uint8_t sc[16][8], mn[16][8];
+    float *d = (float *)(rec + KQ_SCALES), *mins = d + 16;
+    for (int i = 0; i < 16; i++) {
+        float dd = 0.0f, dm = 0.0f;
+        for (int j = 0; j < 8; j++) sc[i][j] = mn[i][j] = 0;
+        if (rows[i]) {
+            dd = clef_load_f16(rows[i]);
+            dm = clef_load_f16(rows[i] + 2);
+            for (int j = 0; j < 8; j++) clef_k_scale_min(rows[i] + 4, j, &sc[i][j], &mn[i][j]);
+        }
+        d[i] = dd;
+        for (int j = 0; j < 8; j++) mins[j * 16 + i] = dm * (float)mn[i][j];
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512i ph[16], pl[16];
+        for (int i = 0; i < 16; i++) {
+            __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+            if (rows[i]) kq_quants(five, rows[i], c, &a, &b);
+            const int s0 = sc[i][2 * c], s1 = sc[i][2 * c + 1];
+            ph[i] = _mm512_inserti64x4(_mm512_castsi256_si512(mul_small(a, s0 >> 3)), mul_small(b, s1 >> 3), 1);
+            pl[i] = _mm512_inserti64x4(_mm512_castsi256_si512(mul_small(a, s0 & 7)), mul_small(b, s1 & 7), 1);
+        }
+        transpose16x16(ph);
+        transpose16x16(pl);
+        for (int r = 0; r < 16; r++) {
+            _mm512_store_si512(rec + 1024 * c + 64 * r, ph[r]);
+            _mm512_store_si512(rec + KQ_PLANE + 1024 * c + 64 * r, pl[r]);
+        }
+    }
+}
+
+TAMX void amx_pack_kq(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
+                      uint8_t *dst) {
+    const bool five = w->type == CLEF_DTYPE_Q5_K;
+    const size_t tsz = five ? 176 : 144;
+    const int64_t nsb = kc / 256;
+    for (int sg = 0; sg * 16 < np; sg++) {
+        const uint8_t *base[16];
+        for (int i = 0; i < 16; i++) {
+            int64_t row = sg * 16 + i;
+            base[i] = row < np ? (const uint8_t *)w->data + (size_t)(r0 + row) * w->row_bytes +
+                                     (size_t)(k0 / 256) * tsz
+                               : NULL;
+        }
+        for (int64_t s = 0; s < nsb; s++) {
+            const uint8_t *rows[16];
+            for (int i = 0; i < 16; i++) rows[i] = base[i] ? base[i] + s * tsz : NULL;
+            kq_pack_record(five, rows, dst + (size_t)(sg * nsb + s) * MM_KQ_REC);
+        }
+    }
+}
+
+/* The integer dots of nsb super-blocks for ntg token groups (A tiles 0, 1)
+ * x one subgroup: per super-block four 64-k steps on the hi (B 2) and lo
+ * (B 3) planes into C tiles 4/5 (group 0) and 6/7 (group 1), then out to
+ * c[s][4][256] in that order. */
+INLINE TAMX void kq_dots(int ntg, int64_t nsb, const int8_t *aq, int64_t lda, const uint8_t *rec,
+                         int32_t *c) {
+    for (int64_t s = 0; s < nsb; s++, aq += 256, rec += MM_KQ_REC, c += 1024) {
+        _tile_zero(4);
+        _tile_zero(5);
+        if (ntg > 1) {
+            _tile_zero(6);
+            _tile_zero(7);
+        }
+        for (int kk = 0; kk < 4; kk++) {
+            _tile_loadd(0, aq + 64 * kk, lda);
+            _tile_loadd(2, rec + 1024 * kk, 64);
+            _tile_loadd(3, rec + KQ_PLANE + 1024 * kk, 64);
+            _tile_dpbsud(4, 0, 2);
+            _tile_dpbsud(5, 0, 3);
+            if (ntg > 1) {
+                _tile_loadd(1, aq + 16 * lda + 64 * kk, lda);
+                _tile_dpbsud(6, 1, 2);
+                _tile_dpbsud(7, 1, 3);
+            }
+        }
+        _tile_stored(4, c, 64);
+        _tile_stored(5, c + 256, 64);
+        if (ntg > 1) {
+            _tile_stored(6, c + 512, 64);
+            _tile_stored(7, c + 768, 64);
+        }
+    }
+}
+
+/* f[i] += (8·C_hi + C_lo)_i·(d·dx_i) − Σ_j (dmin·m_j)·bs_j,i for one
+ * super-block: dx and bs the token group's transposed scales and sums. */
+INLINE TAMX void kq_scale(__m512 f[16], const int32_t *chi, const int32_t *clo, const uint8_t *rec,
+                          const float *dx, const float *bs) {
+    const float *dv = (const float *)(rec + KQ_SCALES), *mins = dv + 16;
+    const __m512 d = _mm512_load_ps(dv);
+    __m512 m[8];
+    for (int j = 0; j < 8; j++) m[j] = _mm512_load_ps(mins + 16 * j);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        const __m512i v = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(chi + 16 * i), 3),
+                                           _mm512_load_si512(clo + 16 * i));
+        __m512 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, _mm512_set1_ps(dx[i])), f[i]);
+        for (int j = 0; j < 8; j++) acc = _mm512_fnmadd_ps(m[j], _mm512_set1_ps(bs[16 * j + i]), acc);
+        f[i] = acc;
+    }
+}
+
+enum { KQ_SB = 4 }; /* super-blocks per pass: a 16 KiB C buffer */
+
+TAMX void amx_kq_panel(const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc, const uint8_t *panel,
+                       int64_t np, float *y, int64_t ldy, bool add) {
+    amx_configure(64, 16);
+    const int64_t nsb = kc / 256, in = a->ld, nsbt = in / 256, n32 = in / 32;
+    int32_t c[KQ_SB * 1024] __attribute__((aligned(64)));
+    for (int64_t t = 0; t < T; t += 32) {
+        const int ntg = T - t > 16 ? 2 : 1;
+        for (int sg = 0; sg * 16 < np; sg++) {
+            const __mmask16 cm = lanes16(np - 16 * sg);
+            const uint8_t *recs = panel + (size_t)sg * nsb * MM_KQ_REC;
+            __m512 f[2][16];
+            for (int g = 0; g < 2; g++)
+                for (int i = 0; i < 16; i++) f[g][i] = _mm512_setzero_ps();
+            for (int64_t s0 = 0; s0 < nsb; s0 += KQ_SB) {
+                const int64_t ns = nsb - s0 < KQ_SB ? nsb - s0 : KQ_SB;
+                kq_dots(ntg, ns, a->q + t * in + k0 + 256 * s0, in, recs + (size_t)s0 * MM_KQ_REC, c);
+                MEM_BARRIER();
+                for (int g = 0; g < ntg; g++) {
+                    const int64_t tg = t / 16 + g;
+                    for (int64_t s = 0; s < ns; s++) {
+                        const int64_t sb = k0 / 256 + s0 + s; /* in the whole row */
+                        kq_scale(f[g], c + s * 1024 + 512 * g, c + s * 1024 + 512 * g + 256,
+                                 recs + (size_t)(s0 + s) * MM_KQ_REC, a->dxT + (tg * nsbt + sb) * 16,
+                                 (const float *)a->mbT + (tg * n32 + sb * 8) * 16);
+                    }
+                }
+            }
+            for (int g = 0; g < ntg; g++)
+                for (int i = 0; i < 16 && t + 16 * g + i < T; i++) {
+                    float *p = y + (t + 16 * g + i) * ldy + 16 * sg;
+                    __m512 v = f[g][i];
+                    if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(cm, p));
+                    _mm512_mask_storeu_ps(p, cm, v);
+                }
+        }
+    }
+}
+
 /* ==== peak ===================================================================== */
 
 /* Four independent accumulator tiles on fixed inputs; returns operations
@@ -368,5 +576,11 @@ void amx_bf16_panel(int64_t K, const uint16_t *xp, int64_t T, const uint16_t *pa
 void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
                   const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add) {}
 double amx_peak(int kind, int64_t iters) { return 0; }
+void amx_act_kq(const float *x, int64_t in, int64_t T, int64_t t0, int64_t t1, int8_t *q,
+                float *dT, float *bsT) {}
+void amx_pack_kq(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
+                 uint8_t *dst) {}
+void amx_kq_panel(const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc, const uint8_t *panel,
+                  int64_t np, float *y, int64_t ldy, bool add) {}
 
 #endif
