@@ -362,14 +362,13 @@ TAMX void amx_act_kq(const float *x, int64_t in, int64_t T, int64_t t0, int64_t 
     }
 }
 
-/* v·f per byte for f < 8 (v ≤ 31: no carries past a byte). */
+/* v·f per byte for f < 8 (v ≤ 31: no carries past a byte), without
+ * branches: the scales of real weights vary block to block. */
 INLINE TAMX __m256i mul_small(__m256i v, int f) {
     const __m256i v2 = _mm256_add_epi8(v, v), v4 = _mm256_add_epi8(v2, v2);
-    __m256i r = _mm256_setzero_si256();
-    if (f & 1) r = v;
-    if (f & 2) r = _mm256_add_epi8(r, v2);
-    if (f & 4) r = _mm256_add_epi8(r, v4);
-    return r;
+    __m256i r = _mm256_and_si256(v, _mm256_set1_epi8((char)-(f & 1)));
+    r = _mm256_add_epi8(r, _mm256_and_si256(v2, _mm256_set1_epi8((char)-((f >> 1) & 1))));
+    return _mm256_add_epi8(r, _mm256_and_si256(v4, _mm256_set1_epi8((char)-((f >> 2) & 1))));
 }
 
 /* One row's super-block: the quants of 64 k starting at 64·c as two halves
