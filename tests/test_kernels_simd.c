@@ -9,7 +9,7 @@
  * arbiter) and from the activations each precision is specified to use:
  *   f32   x as given                       |Δ| ≤ 1e-5·Σ|x·w| + 1e-6
  *   bf16  x rounded to BF16 (RNE)          |Δ| ≤ 1e-5·Σ|x'·w| + 1e-6
- *   int8  x quantized per 32 (per 256 for Q4_K/Q5_K on amx): d = max|x|/127
+ *   int8  x quantized per 32 (per 256 for the K-quants on amx): d = max|x|/127
  *         (rounded through f16 for Q8_0 weights), q = rne(x·(1/d))
  *                                          |Δ| ≤ 1e-5·Σ|d·q·w| + 1e-6
  * and, for bf16 / int8, against unrounded x within the bound the rounding

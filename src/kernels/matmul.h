@@ -97,7 +97,7 @@ void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const
 const char *mm_precision(const cpu_target *tg, const mm_weight *w);
 
 /* For an "int8" product: elements per activation scale, 32, or 256 for
- * Q4_K / Q5_K on amx (the plane kernel; llama.cpp's Q8_K blocks). */
+ * the K-quants on amx (the plane kernel; llama.cpp's Q8_K blocks). */
 int mm_act_block(const cpu_target *tg, const mm_weight *w);
 
 /* Small dense products on one thread, for attention and the delta rule

@@ -29,7 +29,7 @@ typedef enum mm_kind {
     MM_KIND_I8,
     MM_KIND_AMX_BF16,   /* BF16 weights packed per panel, TDPBF16PS          */
     MM_KIND_AMX_I8,     /* the I8 panels on TDPBSSD / TDPBSUD                */
-    MM_KIND_AMX_KQ,     /* Q4_K / Q5_K as byte planes, per-256 activations   */
+    MM_KIND_AMX_KQ,     /* K-quants as byte planes, per-256 activations      */
 } mm_kind;
 
 typedef struct mm_plan {
@@ -38,6 +38,7 @@ typedef struct mm_plan {
     bool direct;        /* DOT kinds: weight rows read in place                */
     bool round_bf16;    /* DOT_F32 on BF16 weights: activations rounded to BF16 */
     mm_i8_kind i8;
+    uint32_t type;      /* the weights' (AMX_KQ records depend on it)           */
     int64_t KC, NP;     /* k per block, rows per panel                          */
 } mm_plan;
 
@@ -55,6 +56,7 @@ static bool is_i8_type(uint32_t t) {
 static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
     memset(p, 0, sizeof *p);
     p->path = tg->path;
+    p->type = w->type;
     p->NP = MM_NP;
     if (tg->path == CPU_PATH_REF) return false;
     bool avx512 = tg->path == CPU_PATH_AVX512 || tg->path == CPU_PATH_AMX;
@@ -66,7 +68,8 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->kind = MM_KIND_DOT_BF16;
         p->direct = true;
         p->KC = MM_KC_BF16;
-    } else if (tg->amx && (w->type == CLEF_DTYPE_Q4_K || w->type == CLEF_DTYPE_Q5_K)) {
+    } else if (tg->amx && (w->type == CLEF_DTYPE_Q4_K || w->type == CLEF_DTYPE_Q5_K ||
+                           w->type == CLEF_DTYPE_Q6_K)) {
         p->kind = MM_KIND_AMX_KQ;
         p->NP = MM_NP_AMX_KQ;
         p->KC = MM_KC_I8;
@@ -139,7 +142,7 @@ static size_t thread_bytes(const mm_plan *p) {
     case MM_KIND_I8:
     case MM_KIND_AMX_I8:
         return align_up((size_t)((p->NP + MM_I8_G - 1) / MM_I8_G) * mm_i8_group_bytes(&p->i8, p->KC));
-    case MM_KIND_AMX_KQ: return (size_t)(p->NP / 16) * (size_t)(p->KC / 256) * MM_KQ_REC;
+    case MM_KIND_AMX_KQ: return (size_t)(p->NP / 16) * (size_t)(p->KC / 256) * mm_kq_rec_bytes(p->type);
     case MM_KIND_AMX_BF16:
         /* the packed panel over all of k, then the f32 accumulators */
         return align_up((size_t)(p->KC / 32) * 2048) + (size_t)MM_AMX_TT * 32 * sizeof(float);
@@ -274,7 +277,7 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
         break;
     case MM_KIND_AMX_KQ:
         amx_pack_kq(w, p0, np, k0, kc, tb);
-        amx_kq_panel(&j->i8, j->T, k0, kc, tb, np, y, out, add);
+        amx_kq_panel(w->type, &j->i8, j->T, k0, kc, tb, np, y, out, add);
         break;
     case MM_KIND_AMX_BF16: {
         /* kc is all of k (plan_make): one call per panel */

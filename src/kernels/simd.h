@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "core/cpu.h"
+#include "core/dtype.h"
 #include "kernels/matmul.h"
 
 enum {
@@ -141,27 +142,35 @@ void amx_bf16_panel(int64_t K, const uint16_t *xp, int64_t T, const uint16_t *pa
  * rounded up to 16.  Symmetric kinds must be packed signed (signed_q). */
 void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
                   const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add);
-/* Q4_K / Q5_K on tiles, in planes.  Their sub-block scales are 6-bit
- * integers sc = 8·hi + lo (hi, lo < 8), so with activations quantized per
- * 256 (llama.cpp's Q8_K granularity) a super-block's integer dot
- * Σ_j sc_j·Σ_k x·q = 8·Σ x·(q·hi) + Σ x·(q·lo) comes out of two chains of
- * 16 x 16 x 64 products on byte planes q·hi and q·lo (≤ 31·7, unsigned):
- * one f32 scale step per 256 weights instead of one per 32.
+/* K-quants on tiles, in planes.  Their sub-block scales are small integers,
+ * so with activations quantized per 256 (llama.cpp's Q8_K granularity) a
+ * super-block's integer dot Σ_g sc_g·Σ_k x·q splits by the digits of sc
+ * into products on byte planes of q·digit, each a chain of 16 x 16 x 64
+ * tile products over the whole 256, combined exactly in int32:
+ *   Q4_K, Q5_K  sc = 8·hi + lo (6 bits): planes q·hi, q·lo (≤ 31·7,
+ *               unsigned, TDPBSUD); the min term Σ_j (dmin·m_j)·(d·Σ_32 q)
+ *               in f32 per super-block
+ *   Q6_K        sc = Σ 4^i·c_i, c_i in [−2, 2] (int8): four planes of
+ *               (q − 32)·c_i (|·| ≤ 64, signed, TDPBSSD); no min term
+ * One f32 scale step per 256 weights instead of one per 32 or 16.
  *   activations  q [T][in], dT [T/16][in/256][16] the per-256 scales d,
- *                bsT [T/16][in/32][16] = d·Σq over each 32 (the min term)
- *                (amx_act_kq; rows from T up to a multiple of 32 zero)
- *   panel        per 16-row subgroup and super-block, MM_KQ_REC bytes: the
- *                hi plane, the lo plane (each 4 B tiles of 64 k), then
- *                d[16] and dmin·m_j [8][16] (amx_pack_kq, per call)
- * amx_kq_panel: y (+)= over k [k0, k0+kc) for t < T, r < np; uses
- * a->q, a->dxT (= dT), a->mbT (= bsT) and a->ld. */
-enum { MM_KQ_REC = 2 * 4096 + (16 + 128) * 4 };
+ *                bsT [T/16][in/32][16] = d·Σq over each 32 (amx_act_kq;
+ *                rows from T up to a multiple of 32 zero)
+ *   panel        per 16-row subgroup and super-block a record of
+ *                mm_kq_rec_bytes(type): the planes, each 4 B tiles of 64 k,
+ *                then d[16] and (Q4_K, Q5_K) dmin·m_j [8][16]
+ *                (amx_pack_kq, per call)
+ * amx_kq_panel: y (+)= over k [k0, k0+kc) for t < T, r < np; uses a->q,
+ * a->dxT (= dT), a->mbT (= bsT) and a->ld. */
+static inline size_t mm_kq_rec_bytes(uint32_t type) {
+    return type == CLEF_DTYPE_Q6_K ? 4 * 4096 + 16 * 4 : 2 * 4096 + (16 + 128) * 4;
+}
 void amx_act_kq(const float *x, int64_t in, int64_t T, int64_t t0, int64_t t1, int8_t *q,
                 float *dT, float *bsT);
 void amx_pack_kq(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
                  uint8_t *dst);
-void amx_kq_panel(const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc, const uint8_t *panel,
-                  int64_t np, float *y, int64_t ldy, bool add);
+void amx_kq_panel(uint32_t type, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
+                  const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add);
 /* Tile peak loop (kind 1: bf16, 2: int8), as avx512_peak. */
 double amx_peak(int kind, int64_t iters);
 

@@ -328,9 +328,23 @@ TAMX void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, in
     else i8_panel_32a(nblk, a, T, k0, kc, panel, np, y, ldy, add);
 }
 
-/* ==== Q4_K / Q5_K in planes (simd.h) =========================================== */
+/* ==== K-quants in planes (simd.h) ============================================= */
 
-enum { KQ_PLANE = 4096, KQ_SCALES = 2 * KQ_PLANE };
+enum { KQ_PLANE = 4096 }; /* one plane of a super-block: 4 B tiles of 64 k */
+
+/* The layout of one type's records. */
+typedef struct kq_form {
+    int planes;       /* 2 (Q4_K, Q5_K: q·hi, q·lo) or 4 (Q6_K: q'·c_i)       */
+    int shift[4];     /* plane i counts 2^shift[i] times                     */
+    bool sgn;         /* signed planes (TDPBSSD) rather than unsigned        */
+    bool mins;        /* a min term (Q4_K, Q5_K)                             */
+    size_t rec;       /* record bytes                                        */
+} kq_form;
+
+INLINE kq_form kq_form_of(uint32_t type) {
+    if (type == CLEF_DTYPE_Q6_K) return (kq_form){4, {0, 2, 4, 6}, true, false, mm_kq_rec_bytes(type)};
+    return (kq_form){2, {3, 0, 0, 0}, false, true, mm_kq_rec_bytes(type)};
+}
 
 TAMX void amx_act_kq(const float *x, int64_t in, int64_t T, int64_t t0, int64_t t1, int8_t *q,
                      float *dT, float *bsT) {
@@ -362,67 +376,129 @@ TAMX void amx_act_kq(const float *x, int64_t in, int64_t T, int64_t t0, int64_t 
     }
 }
 
-/* v·f per byte for f < 8 (v ≤ 31: no carries past a byte), without
- * branches: the scales of real weights vary block to block. */
-INLINE TAMX __m256i mul_small(__m256i v, int f) {
+/* v·f per byte for f in [0, 8), f0 for the first 16 bytes and f1 for the
+ * last (v ≤ 31: no carries past a byte), without branches: the scales of
+ * real weights vary block to block. */
+INLINE TAMX __m256i mul_small(__m256i v, int f0, int f1) {
+#define KQ_BIT(b) _mm256_setr_m128i(_mm_set1_epi8((char)-((f0 >> (b)) & 1)), \
+                                    _mm_set1_epi8((char)-((f1 >> (b)) & 1)))
     const __m256i v2 = _mm256_add_epi8(v, v), v4 = _mm256_add_epi8(v2, v2);
-    __m256i r = _mm256_and_si256(v, _mm256_set1_epi8((char)-(f & 1)));
-    r = _mm256_add_epi8(r, _mm256_and_si256(v2, _mm256_set1_epi8((char)-((f >> 1) & 1))));
-    return _mm256_add_epi8(r, _mm256_and_si256(v4, _mm256_set1_epi8((char)-((f >> 2) & 1))));
+    __m256i r = _mm256_and_si256(v, KQ_BIT(0));
+    r = _mm256_add_epi8(r, _mm256_and_si256(v2, KQ_BIT(1)));
+    return _mm256_add_epi8(r, _mm256_and_si256(v4, KQ_BIT(2)));
+#undef KQ_BIT
 }
 
-/* One row's super-block: the quants of 64 k starting at 64·c as two halves
- * (sub-blocks 2c and 2c+1), unsigned 0..15 (Q4_K) or 0..31 (Q5_K). */
-INLINE TAMX void kq_quants(bool five, const uint8_t *blk, int c, __m256i *lo, __m256i *hi) {
+/* v·c per byte for Q6_K's digits c in [−2, 2] (c0 for the first 16 bytes,
+ * c1 for the last): v or 2v by |c|, then the sign of c (VPSIGNB). */
+INLINE TAMX __m256i mul_digit(__m256i v, __m256i v2, int c0, int c1) {
+    const __m256i c = _mm256_setr_m128i(_mm_set1_epi8((char)c0), _mm_set1_epi8((char)c1));
+    const __m256i two = _mm256_cmpeq_epi8(_mm256_abs_epi8(c), _mm256_set1_epi8(2));
+    return _mm256_sign_epi8(_mm256_blendv_epi8(v, v2, two), c);
+}
+
+/* Q4_K / Q5_K: a row's quants of 64 k from 64·c as two runs of 32 (sub-blocks
+ * 2c and 2c+1), unsigned 0..15 / 0..31. */
+INLINE TAMX void kq_quants45(bool five, const uint8_t *blk, int c, __m256i q[2]) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + (five ? 48 : 16) + 32 * c));
-    *lo = _mm256_and_si256(v, m4);
-    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    q[0] = _mm256_and_si256(v, m4);
+    q[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     if (five) {
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
-        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
-        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+        q[0] = _mm256_or_si256(q[0], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+        q[1] = _mm256_or_si256(q[1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
     }
+}
+
+/* Q6_K: the same 64 k as two runs of 32, q6 − 32 (signed, −32..31).  Half
+ * c/2 of the block; its runs 0, 1 (c even) or 2, 3 (c odd) — see dq_q6_k. */
+INLINE TAMX void kq_quants6(const uint8_t *blk, int c, __m256i q[2]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), three = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    const uint8_t *ql = blk + 64 * (c / 2), *qh = blk + 128 + 32 * (c / 2);
+    const int hi = c % 2; /* runs 2, 3: the high nibbles */
+    const __m256i a = _mm256_loadu_si256((const __m256i *)ql), b = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+    const __m256i la = hi ? _mm256_and_si256(_mm256_srli_epi16(a, 4), m4) : _mm256_and_si256(a, m4);
+    const __m256i lb = hi ? _mm256_and_si256(_mm256_srli_epi16(b, 4), m4) : _mm256_and_si256(b, m4);
+    const __m256i ha = _mm256_and_si256(_mm256_srli_epi16(h, 4 * hi), three);
+    const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(h, 4 * hi + 2), three);
+    q[0] = _mm256_sub_epi8(_mm256_or_si256(la, _mm256_slli_epi16(ha, 4)), m32);
+    q[1] = _mm256_sub_epi8(_mm256_or_si256(lb, _mm256_slli_epi16(hb, 4)), m32);
+}
+
+/* A Q6_K scale as four digits in [−2, 2]: sc = Σ_i 4^i·c_i. */
+INLINE void kq_digits(int sc, int c[4]) {
+    for (int i = 0; i < 3; i++) {
+        c[i] = ((sc + 2) & 3) - 2;
+        sc = (sc - c[i]) / 4;
+    }
+    c[3] = sc;
 }
 
 /* One subgroup's record for one super-block: rows[i] the 16 rows' blocks
- * (NULL past the panel). */
-INLINE TAMX void kq_pack_record(bool five, const uint8_t *const rows[16], uint8_t *rec) {
-    uint8_t sc[16][8], mn[16][8];
-    float *d = (float *)(rec + KQ_SCALES), *mins = d + 16;
+ * (NULL past the panel).  Plane p of a row in 64-k chunk c holds each quant
+ * times its 32 (Q4_K/Q5_K: digit p of sc = 8·hi + lo) or 16 (Q6_K: base-4
+ * digit p) scale's digit. */
+INLINE TAMX void kq_pack_record(uint32_t type, const kq_form *fm, const uint8_t *const rows[16],
+                                uint8_t *rec) {
+    const bool six = type == CLEF_DTYPE_Q6_K, five = type == CLEF_DTYPE_Q5_K;
+    int8_t dig[16][16][4]; /* [row][scale group of 16 k][plane] */
+    float *d = (float *)(rec + fm->planes * KQ_PLANE), *mins = d + 16;
     for (int i = 0; i < 16; i++) {
         float dd = 0.0f, dm = 0.0f;
-        for (int j = 0; j < 8; j++) sc[i][j] = mn[i][j] = 0;
-        if (rows[i]) {
+        memset(dig[i], 0, sizeof dig[i]);
+        if (rows[i] && six) {
+            dd = clef_load_f16(rows[i] + 208);
+            for (int g = 0; g < 16; g++) {
+                int c[4];
+                kq_digits(((const int8_t *)(rows[i] + 192))[g], c);
+                for (int p = 0; p < 4; p++) dig[i][g][p] = (int8_t)c[p];
+            }
+        } else if (rows[i]) {
             dd = clef_load_f16(rows[i]);
             dm = clef_load_f16(rows[i] + 2);
-            for (int j = 0; j < 8; j++) clef_k_scale_min(rows[i] + 4, j, &sc[i][j], &mn[i][j]);
+            for (int j = 0; j < 8; j++) {
+                uint8_t sc, mn;
+                clef_k_scale_min(rows[i] + 4, j, &sc, &mn);
+                dig[i][2 * j][0] = dig[i][2 * j + 1][0] = (int8_t)(sc >> 3);
+                dig[i][2 * j][1] = dig[i][2 * j + 1][1] = (int8_t)(sc & 7);
+                mins[j * 16 + i] = dm * (float)mn;
+            }
         }
+        if (!rows[i] && fm->mins)
+            for (int j = 0; j < 8; j++) mins[j * 16 + i] = 0.0f;
         d[i] = dd;
-        for (int j = 0; j < 8; j++) mins[j * 16 + i] = dm * (float)mn[i][j];
     }
     for (int c = 0; c < 4; c++) {
-        __m512i ph[16], pl[16];
+        __m512i pl[4][16];
         for (int i = 0; i < 16; i++) {
-            __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
-            if (rows[i]) kq_quants(five, rows[i], c, &a, &b);
-            const int s0 = sc[i][2 * c], s1 = sc[i][2 * c + 1];
-            ph[i] = _mm512_inserti64x4(_mm512_castsi256_si512(mul_small(a, s0 >> 3)), mul_small(b, s1 >> 3), 1);
-            pl[i] = _mm512_inserti64x4(_mm512_castsi256_si512(mul_small(a, s0 & 7)), mul_small(b, s1 & 7), 1);
+            __m256i q[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            if (rows[i] && six) kq_quants6(rows[i], c, q);
+            else if (rows[i]) kq_quants45(five, rows[i], c, q);
+            const int8_t *g = dig[i][4 * c]; /* the groups of 16 k: 4c .. 4c+3 */
+            if (six) {
+                const __m256i d0 = _mm256_add_epi8(q[0], q[0]), d1 = _mm256_add_epi8(q[1], q[1]);
+                for (int p = 0; p < 4; p++)
+                    pl[p][i] = _mm512_inserti64x4(_mm512_castsi256_si512(mul_digit(q[0], d0, g[p], g[4 + p])),
+                                                  mul_digit(q[1], d1, g[8 + p], g[12 + p]), 1);
+            } else {
+                for (int p = 0; p < 2; p++)
+                    pl[p][i] = _mm512_inserti64x4(_mm512_castsi256_si512(mul_small(q[0], g[p], g[4 + p])),
+                                                  mul_small(q[1], g[8 + p], g[12 + p]), 1);
+            }
         }
-        transpose16x16(ph);
-        transpose16x16(pl);
-        for (int r = 0; r < 16; r++) {
-            _mm512_store_si512(rec + 1024 * c + 64 * r, ph[r]);
-            _mm512_store_si512(rec + KQ_PLANE + 1024 * c + 64 * r, pl[r]);
+        for (int p = 0; p < fm->planes; p++) {
+            transpose16x16(pl[p]);
+            for (int r = 0; r < 16; r++) _mm512_store_si512(rec + p * KQ_PLANE + 1024 * c + 64 * r, pl[p][r]);
         }
     }
 }
 
 TAMX void amx_pack_kq(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
                       uint8_t *dst) {
-    const bool five = w->type == CLEF_DTYPE_Q5_K;
-    const size_t tsz = five ? 176 : 144;
+    const kq_form fm = kq_form_of(w->type);
+    const size_t tsz = w->type == CLEF_DTYPE_Q5_K ? 176 : w->type == CLEF_DTYPE_Q6_K ? 210 : 144;
     const int64_t nsb = kc / 256;
     for (int sg = 0; sg * 16 < np; sg++) {
         const uint8_t *base[16];
@@ -435,88 +511,104 @@ TAMX void amx_pack_kq(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, in
         for (int64_t s = 0; s < nsb; s++) {
             const uint8_t *rows[16];
             for (int i = 0; i < 16; i++) rows[i] = base[i] ? base[i] + s * tsz : NULL;
-            kq_pack_record(five, rows, dst + (size_t)(sg * nsb + s) * MM_KQ_REC);
+            kq_pack_record(w->type, &fm, rows, dst + (size_t)(sg * nsb + s) * fm.rec);
         }
     }
 }
 
 /* The integer dots of nsb super-blocks for ntg token groups (A tiles 0, 1)
- * x one subgroup: per super-block four 64-k steps on the hi (B 2) and lo
- * (B 3) planes into C tiles 4/5 (group 0) and 6/7 (group 1), then out to
- * c[s][4][256] in that order. */
-INLINE TAMX void kq_dots(int ntg, int64_t nsb, const int8_t *aq, int64_t lda, const uint8_t *rec,
-                         int32_t *c) {
-    for (int64_t s = 0; s < nsb; s++, aq += 256, rec += MM_KQ_REC, c += 1024) {
-        _tile_zero(4);
-        _tile_zero(5);
-        if (ntg > 1) {
-            _tile_zero(6);
-            _tile_zero(7);
-        }
-        for (int kk = 0; kk < 4; kk++) {
-            _tile_loadd(0, aq + 64 * kk, lda);
-            _tile_loadd(2, rec + 1024 * kk, 64);
-            _tile_loadd(3, rec + KQ_PLANE + 1024 * kk, 64);
-            _tile_dpbsud(4, 0, 2);
-            _tile_dpbsud(5, 0, 3);
+ * x one subgroup, planes in pairs (B 2, 3): per pair four 64-k steps into
+ * C tiles 4/5 (group 0) and 6/7 (group 1), then out to
+ * c[s][pair][group][2][256]. */
+#define KQ_DP(TC, TA, TB)                                                                        \
+    do {                                                                                         \
+        if (sgn) _tile_dpbssd(TC, TA, TB);                                                       \
+        else _tile_dpbsud(TC, TA, TB);                                                           \
+    } while (0)
+INLINE TAMX void kq_dots(bool sgn, int planes, size_t recb, int ntg, int64_t nsb, const int8_t *aq,
+                         int64_t lda, const uint8_t *rec, int32_t *c) {
+    for (int64_t s = 0; s < nsb; s++, aq += 256, rec += recb)
+        for (int pp = 0; pp < planes; pp += 2, c += 1024) {
+            const uint8_t *b0 = rec + pp * KQ_PLANE, *b1 = b0 + KQ_PLANE;
+            _tile_zero(4);
+            _tile_zero(5);
             if (ntg > 1) {
-                _tile_loadd(1, aq + 16 * lda + 64 * kk, lda);
-                _tile_dpbsud(6, 1, 2);
-                _tile_dpbsud(7, 1, 3);
+                _tile_zero(6);
+                _tile_zero(7);
+            }
+            for (int kk = 0; kk < 4; kk++) {
+                _tile_loadd(0, aq + 64 * kk, lda);
+                _tile_loadd(2, b0 + 1024 * kk, 64);
+                _tile_loadd(3, b1 + 1024 * kk, 64);
+                KQ_DP(4, 0, 2);
+                KQ_DP(5, 0, 3);
+                if (ntg > 1) {
+                    _tile_loadd(1, aq + 16 * lda + 64 * kk, lda);
+                    KQ_DP(6, 1, 2);
+                    KQ_DP(7, 1, 3);
+                }
+            }
+            _tile_stored(4, c, 64);
+            _tile_stored(5, c + 256, 64);
+            if (ntg > 1) {
+                _tile_stored(6, c + 512, 64);
+                _tile_stored(7, c + 768, 64);
             }
         }
-        _tile_stored(4, c, 64);
-        _tile_stored(5, c + 256, 64);
-        if (ntg > 1) {
-            _tile_stored(6, c + 512, 64);
-            _tile_stored(7, c + 768, 64);
-        }
-    }
 }
 
-/* f[i] += (8·C_hi + C_lo)_i·(d·dx_i) − Σ_j (dmin·m_j)·bs_j,i for one
- * super-block: dx and bs the token group's transposed scales and sums. */
-INLINE TAMX void kq_scale(__m512 f[16], const int32_t *chi, const int32_t *clo, const uint8_t *rec,
-                          const float *dx, const float *bs) {
-    const float *dv = (const float *)(rec + KQ_SCALES), *mins = dv + 16;
+/* f[i] += (Σ_p 2^shift_p·C_p)_i·(d·dx_i) [− Σ_j (dmin·m_j)·bs_j,i] for one
+ * super-block of one token group: c its [pair][group][2][256] results. */
+INLINE TAMX void kq_scale(const kq_form *fm, __m512 f[16], const int32_t *c, int g,
+                          const uint8_t *rec, const float *dx, const float *bs) {
+    const float *dv = (const float *)(rec + fm->planes * KQ_PLANE), *mins = dv + 16;
     const __m512 d = _mm512_load_ps(dv);
     __m512 m[8];
-    for (int j = 0; j < 8; j++) m[j] = _mm512_load_ps(mins + 16 * j);
+    if (fm->mins)
+        for (int j = 0; j < 8; j++) m[j] = _mm512_load_ps(mins + 16 * j);
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) {
-        const __m512i v = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(chi + 16 * i), 3),
-                                           _mm512_load_si512(clo + 16 * i));
+        __m512i v = _mm512_setzero_si512();
+        for (int p = 0; p < fm->planes; p++) {
+            const int32_t *cp = c + (p / 2) * 1024 + g * 512 + (p % 2) * 256 + 16 * i;
+            v = _mm512_add_epi32(v, _mm512_slli_epi32(_mm512_load_si512(cp), (unsigned)fm->shift[p]));
+        }
         __m512 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, _mm512_set1_ps(dx[i])), f[i]);
-        for (int j = 0; j < 8; j++) acc = _mm512_fnmadd_ps(m[j], _mm512_set1_ps(bs[16 * j + i]), acc);
+        if (fm->mins)
+            for (int j = 0; j < 8; j++) acc = _mm512_fnmadd_ps(m[j], _mm512_set1_ps(bs[16 * j + i]), acc);
         f[i] = acc;
     }
 }
 
-enum { KQ_SB = 4 }; /* super-blocks per pass: a 16 KiB C buffer */
+enum { KQ_SB = 4 }; /* super-blocks per pass of two planes: 16 KiB of C */
 
-TAMX void amx_kq_panel(const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc, const uint8_t *panel,
-                       int64_t np, float *y, int64_t ldy, bool add) {
-    amx_configure(64, 16);
+/* The panel for constant (type): token pairs outer, so a pair's quants
+ * serve all subgroups from L1. */
+INLINE TAMX void kq_panel(uint32_t type, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
+                          const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add) {
+    const kq_form fm = kq_form_of(type);
     const int64_t nsb = kc / 256, in = a->ld, nsbt = in / 256, n32 = in / 32;
+    const int64_t pass = KQ_SB * 2 / fm.planes; /* super-blocks per pass */
     int32_t c[KQ_SB * 1024] __attribute__((aligned(64)));
     for (int64_t t = 0; t < T; t += 32) {
         const int ntg = T - t > 16 ? 2 : 1;
         for (int sg = 0; sg * 16 < np; sg++) {
             const __mmask16 cm = lanes16(np - 16 * sg);
-            const uint8_t *recs = panel + (size_t)sg * nsb * MM_KQ_REC;
+            const uint8_t *recs = panel + (size_t)sg * nsb * fm.rec;
             __m512 f[2][16];
             for (int g = 0; g < 2; g++)
                 for (int i = 0; i < 16; i++) f[g][i] = _mm512_setzero_ps();
-            for (int64_t s0 = 0; s0 < nsb; s0 += KQ_SB) {
-                const int64_t ns = nsb - s0 < KQ_SB ? nsb - s0 : KQ_SB;
-                kq_dots(ntg, ns, a->q + t * in + k0 + 256 * s0, in, recs + (size_t)s0 * MM_KQ_REC, c);
+            for (int64_t s0 = 0; s0 < nsb; s0 += pass) {
+                const int64_t ns = nsb - s0 < pass ? nsb - s0 : pass;
+                kq_dots(fm.sgn, fm.planes, fm.rec, ntg, ns, a->q + t * in + k0 + 256 * s0, in,
+                        recs + (size_t)s0 * fm.rec, c);
                 MEM_BARRIER();
                 for (int g = 0; g < ntg; g++) {
                     const int64_t tg = t / 16 + g;
                     for (int64_t s = 0; s < ns; s++) {
                         const int64_t sb = k0 / 256 + s0 + s; /* in the whole row */
-                        kq_scale(f[g], c + s * 1024 + 512 * g, c + s * 1024 + 512 * g + 256,
-                                 recs + (size_t)(s0 + s) * MM_KQ_REC, a->dxT + (tg * nsbt + sb) * 16,
+                        kq_scale(&fm, f[g], c + s * (fm.planes / 2) * 1024, g,
+                                 recs + (size_t)(s0 + s) * fm.rec, a->dxT + (tg * nsbt + sb) * 16,
                                  (const float *)a->mbT + (tg * n32 + sb * 8) * 16);
                     }
                 }
@@ -530,6 +622,21 @@ TAMX void amx_kq_panel(const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc, co
                 }
         }
     }
+}
+TAMX static void kq_panel_45(const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
+                             const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add) {
+    kq_panel(CLEF_DTYPE_Q4_K, a, T, k0, kc, panel, np, y, ldy, add);
+}
+TAMX static void kq_panel_6(const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
+                            const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add) {
+    kq_panel(CLEF_DTYPE_Q6_K, a, T, k0, kc, panel, np, y, ldy, add);
+}
+
+TAMX void amx_kq_panel(uint32_t type, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
+                       const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add) {
+    amx_configure(64, 16);
+    if (type == CLEF_DTYPE_Q6_K) kq_panel_6(a, T, k0, kc, panel, np, y, ldy, add);
+    else kq_panel_45(a, T, k0, kc, panel, np, y, ldy, add);
 }
 
 /* ==== peak ===================================================================== */
@@ -579,7 +686,7 @@ void amx_act_kq(const float *x, int64_t in, int64_t T, int64_t t0, int64_t t1, i
                 float *dT, float *bsT) {}
 void amx_pack_kq(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
                  uint8_t *dst) {}
-void amx_kq_panel(const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc, const uint8_t *panel,
-                  int64_t np, float *y, int64_t ldy, bool add) {}
+void amx_kq_panel(uint32_t type, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
+                  const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add) {}
 
 #endif
