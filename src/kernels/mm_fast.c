@@ -80,7 +80,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->i8.sym = w->type == CLEF_DTYPE_Q8_0 || w->type == CLEF_DTYPE_Q6_K;
         p->i8.off = w->type == CLEF_DTYPE_Q8_0 ? 128 : w->type == CLEF_DTYPE_Q6_K ? 32 : 0;
         p->i8.f16_scale = w->type == CLEF_DTYPE_Q8_0;
-        if (tg->amx && p->i8.sym) { /* Q8_0, Q6_K: signed quants, TDPBSSD */
+        if (tg->amx) { /* Q8_0 (the K-quants went to planes above): signed, TDPBSSD */
             p->i8.signed_q = true;
             p->i8.off = 0;
         }
@@ -126,10 +126,10 @@ static size_t act_bytes(const mm_plan *p, const mm_weight *w, int64_t T) {
     case MM_KIND_AMX_BF16: return align_up(tin * 2);
     case MM_KIND_I8:
     case MM_KIND_AMX_I8: {
-        /* q, dx, mb; on amx also dxT, mbT (each the size of mb) */
+        /* q, dx, mb; on amx also dxT (the size of mb) */
         const size_t mb = align_up(tin / (size_t)p->i8.bk * 4);
         size_t b = align_up(tin) + align_up(tin / 32 * sizeof(float)) + mb;
-        return p->kind == MM_KIND_AMX_I8 ? b + 2 * mb : b;
+        return p->kind == MM_KIND_AMX_I8 ? b + mb : b;
     }
     case MM_KIND_AMX_KQ: /* q, dT (one per 256), bsT (one per 32) */
         return align_up(tin) + align_up(tin / 256 * sizeof(float)) + align_up(tin / 32 * sizeof(float));
@@ -188,24 +188,15 @@ typedef struct mm_fast_job {
     atomic_int_fast64_t next; /* the next panel to take                  */
 } mm_fast_job;
 
-/* The amx copies of the activation scales, rows [t0, t1) (whole groups of
- * 16; rows past T zero): dxT/mbT[t/16][b][t%16] per weight block b.  mbT
- * only for the asymmetric types: the symmetric ones are packed signed and
- * have no activation-sum term. */
+/* The amx copy of the activation scales (Q8_0), rows [t0, t1) (whole
+ * groups of 16; rows past T zero): dxT[t/16][b][t%16] per block b.  Q8_0 is
+ * packed signed there, so no activation-sum term is needed. */
 static void transpose_scales(mm_fast_job *j, int64_t t0, int64_t t1) {
-    const int bk = j->p.i8.bk;
-    const int64_t nb = j->w->in / bk, nb32 = j->w->in / 32;
+    const int64_t nb = j->w->in / 32;
     float *dxT = (float *)j->i8.dxT;
-    uint32_t *mbT = (uint32_t *)j->i8.mbT;
-    const uint32_t *mb = j->i8.mb;
-    for (int64_t t = t0; t < t1; t++) {
-        const bool real = t < j->T;
-        for (int64_t b = 0; b < nb; b++) {
-            int64_t d = ((t / 16) * nb + b) * 16 + t % 16;
-            dxT[d] = real ? j->i8.dx[t * nb32 + b * bk / 32] : 0.0f;
-            if (!j->p.i8.sym) mbT[d] = real ? mb[t * nb + b] : 0u;
-        }
-    }
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t b = 0; b < nb; b++)
+            dxT[((t / 16) * nb + b) * 16 + t % 16] = t < j->T ? j->i8.dx[t * nb + b] : 0.0f;
 }
 
 static void act_task(void *ctx, int ith, int nth) {
@@ -349,7 +340,6 @@ void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const
         if (j.p.kind == MM_KIND_AMX_I8) {
             const size_t mbb = align_up(tin / (size_t)j.p.i8.bk * 4);
             j.i8.dxT = (const float *)((const uint8_t *)j.i8.mb + mbb);
-            j.i8.mbT = (const uint8_t *)j.i8.mb + 2 * mbb;
         }
     }
     if (j.p.kind == MM_KIND_AMX_KQ) {

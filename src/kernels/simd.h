@@ -54,9 +54,8 @@ typedef struct mm_i8_act {
     const float *dx;    /* [T][ld/32]                                         */
     const void *mb;     /* [T][ld/bk]: int32 (sym) or f32 (asym)              */
     int64_t ld;         /* = in                                               */
-    /* amx only: dx and mb per weight block, 16 tokens side by side:
-     * [T/16][ld/bk][16] (dx repeated for both 16-blocks of a 32; mbT
-     * filled for the asymmetric types only) */
+    /* amx only, 16 tokens side by side: Q8_0 dx [T/16][ld/32][16]; the
+     * K-quant planes their own per-256 dT here and d·Σq per 32 in mbT */
     const float *dxT;
     const void *mbT;
 } mm_i8_act;
@@ -67,8 +66,8 @@ typedef struct mm_i8_kind {
     bool sym;           /* m = −off·s: the m term is an integer correction    */
     int off;            /* 128 (Q8_0), 32 (Q6_K), 0                           */
     bool f16_scale;     /* activation scales rounded through f16 (Q8_0)       */
-    bool signed_q;      /* amx, Q8_0 / Q6_K: quants packed signed (q, q6 − 32;
-                           off 0, m 0) for TDPBSSD: no offset term          */
+    bool signed_q;      /* amx, Q8_0: quants packed signed (off 0, m 0) for
+                           TDPBSSD: no offset term                          */
 } mm_i8_kind;
 
 /* Bytes of one packed I8 group of kc k-values. */
@@ -138,8 +137,9 @@ void amx_pack_bf16(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64
  * floats, 64-byte aligned. */
 void amx_bf16_panel(int64_t K, const uint16_t *xp, int64_t T, const uint16_t *panel, int64_t np,
                     float *y, int64_t ldy, float *acc);
-/* avx512_i8_panel's contract on AMX; a->q, dxT and mbT readable up to row T
- * rounded up to 16.  Symmetric kinds must be packed signed (signed_q). */
+/* avx512_i8_panel's contract on AMX, for Q8_0 packed signed (signed_q),
+ * the one kind that runs here; a->q and dxT readable up to row T rounded up
+ * to 16. */
 void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
                   const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add);
 /* K-quants on tiles, in planes.  Their sub-block scales are small integers,

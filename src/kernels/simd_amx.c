@@ -1,7 +1,7 @@
 /*
  * kernels/simd_amx.c — the AMX (tile) kernels behind kernels/simd.h: BF16
- * weights on TDPBF16PS, quantized weights on TDPBSSD / TDPBSUD, the
- * repacking the BF16 tiles need, and the tile peak loop.
+ * weights on TDPBF16PS, Q8_0 on TDPBSSD, the K-quants in planes on
+ * TDPBSUD / TDPBSSD, the repacking they need, and the tile peak loop.
  *
  * Orientation.  A tiles are activation rows (16 tokens x 64 bytes of k); B
  * tiles are weight rows in the "VNNI" layout the instructions want (per 4
@@ -10,12 +10,14 @@
  *          (amx_act_bf16), B = [16 k-pairs][16 rows][2 bf16] (amx_pack_bf16,
  *          per call); C accumulates over MM_AMX_KB blocks of 32 k, then in
  *          f32 scratch, and goes to y once all of k is done.
- *   int8:  A = the int8 activation rows in place; B = the packed I8 group of
- *          simd.h, whose [bk/4][48][4] quants are already that layout for
- *          each 16 of the 48 rows.  One scale per block of 32 (16 for Q6_K)
- *          on both sides, so each block's integer C tile is stored and scaled
- *          into f32 accumulators with AVX-512 — that scaling, not the tile
- *          unit, bounds the int8 kernel.
+ *   Q8_0:  A = the int8 activation rows in place; B = the packed I8 group
+ *          of simd.h (quants signed), whose [8][48][4] quants are already
+ *          that layout for each 16 of the 48 rows.  One scale per block of
+ *          32 on both sides, so each block's integer C tile is stored and
+ *          scaled into f32 accumulators with AVX-512; the stores and that
+ *          scaling, not the tile unit, bound the kernel.
+ *   K-quants: byte planes of quant times scale digit, a whole super-block
+ *          of 256 per chain of products, activations per 256 (simd.h).
  *
  * Tile state is per thread: every entry point loads its configuration
  * (LDTILECFG) first, so a pool thread may run any of them in any order.
@@ -207,22 +209,18 @@ TAMX void amx_bf16_panel(int64_t K, const uint16_t *xp, int64_t T, const uint16_
     }
 }
 
-/* ==== int8 on packed I8 groups ================================================= */
+/* ==== Q8_0 on packed I8 groups ================================================= */
 
-enum { IG = MM_I8_G, I8_BLK = 16 };
+enum { IG = MM_I8_G, I8_BK = 32, I8_BLK = 16 };
 
 /* One block's scale step for 16 tokens (row i: token i of the group):
- *   symmetric (signed quants)  f[i] += f32(C_i)·(s·dx_i)
- *   asymmetric                 f[i] += f32(C_i)·(s·dx_i) + m·(dx_i·Σq_i)
- * dx, mf: the block's 16 per-token values (transposed scales, simd.h). */
-INLINE TAMX void i8_scale(bool sym, __m512 f[16], const int32_t *c, const float *sv,
-                          const float *mv, const float *dx, const float *mf) {
-    const __m512 s = _mm512_load_ps(sv), m = _mm512_load_ps(mv);
+ * f[i] += f32(C_i)·(s·dx_i), dx the block's 16 transposed token scales. */
+INLINE TAMX void i8_scale(__m512 f[16], const int32_t *c, const float *sv, const float *dx) {
+    const __m512 s = _mm512_load_ps(sv);
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) {
         __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(dx[i]));
         f[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * i)), sd, f[i]);
-        if (!sym) f[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(mf[i]), f[i]);
     }
 }
 
@@ -234,14 +232,13 @@ INLINE TAMX void i8_scale(bool sym, __m512 f[16], const int32_t *c, const float 
  * between tiles 0/1 and 3/4. */
 #define I8_DOT(TA, TB, TC, b)                                                                    \
     do {                                                                                         \
-        _tile_loadd(TA, aq + (b) * bk, lda);                                                     \
+        _tile_loadd(TA, aq + (b) * I8_BK, lda);                                                  \
         _tile_loadd(TB, bq + (size_t)(b) * bbytes, 4 * IG);                                      \
         _tile_zero(TC);                                                                          \
-        if (sym) _tile_dpbssd(TC, TA, TB);                                                       \
-        else _tile_dpbsud(TC, TA, TB);                                                           \
+        _tile_dpbssd(TC, TA, TB);                                                                \
     } while (0)
-INLINE TAMX void i8_dots(bool sym, int bk, int64_t nblk, const int8_t *aq, int64_t lda,
-                         const uint8_t *bq, size_t bbytes, int32_t *c) {
+INLINE TAMX void i8_dots(int64_t nblk, const int8_t *aq, int64_t lda, const uint8_t *bq,
+                         size_t bbytes, int32_t *c) {
     int64_t b = 0;
     for (; b + 4 <= nblk; b += 4) {
         I8_DOT(0, 1, 2, b);
@@ -264,25 +261,24 @@ INLINE TAMX void i8_dots(bool sym, int bk, int64_t nblk, const int8_t *aq, int64
     }
 }
 
-/* 16 tokens (quants at aq, lda apart; scales dxT/mbT of their group) x
+/* 16 tokens (quants at aq, lda apart; scales dxT of their group) x
  * subgroup sg of the packed group gp, over nblk blocks; writes y rows < mr,
  * columns < nc.  Per I8_BLK blocks the tile work first (into a 16 KiB
  * stack buffer), then the scaling, the 16 accumulators in registers. */
-INLINE TAMX void i8_tile16(bool sym, int bk, int64_t nblk, const int8_t *aq, int64_t lda,
-                           const float *dxT, const void *mbT, const uint8_t *gp, int sg, int mr,
-                           int nc, float *y, int64_t ldy, bool add) {
-    const size_t bbytes = (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
+INLINE TAMX void i8_tile16(int64_t nblk, const int8_t *aq, int64_t lda, const float *dxT,
+                           const uint8_t *gp, int sg, int mr, int nc, float *y, int64_t ldy,
+                           bool add) {
+    const size_t bbytes = (size_t)(I8_BK * IG + 2 * IG * (int)sizeof(float));
     int32_t c[I8_BLK * 256] __attribute__((aligned(64)));
     __m512 f[16];
     for (int i = 0; i < 16; i++) f[i] = _mm512_setzero_ps();
     for (int64_t b0 = 0; b0 < nblk; b0 += I8_BLK) {
         const int64_t nb = nblk - b0 < I8_BLK ? nblk - b0 : I8_BLK;
-        i8_dots(sym, bk, nb, aq + b0 * bk, lda, gp + (size_t)b0 * bbytes + sg * 64, bbytes, c);
+        i8_dots(nb, aq + b0 * I8_BK, lda, gp + (size_t)b0 * bbytes + sg * 64, bbytes, c);
         MEM_BARRIER();
         for (int64_t b = 0; b < nb; b++) {
-            const float *sv = (const float *)(gp + (size_t)(b0 + b) * bbytes + bk * IG) + sg * 16;
-            i8_scale(sym, f, c + b * 256, sv, sv + IG, dxT + (b0 + b) * 16,
-                     (const float *)mbT + (b0 + b) * 16);
+            const float *sv = (const float *)(gp + (size_t)(b0 + b) * bbytes + I8_BK * IG) + sg * 16;
+            i8_scale(f, c + b * 256, sv, dxT + (b0 + b) * 16);
         }
     }
     const __mmask16 cm = lanes16(nc);
@@ -294,38 +290,23 @@ INLINE TAMX void i8_tile16(bool sym, int bk, int64_t nblk, const int8_t *aq, int
     }
 }
 
-#define I8_PANEL_ARGS int64_t nblk, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc, \
-    const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add
-/* The loop over token groups and subgroups, for constant (sym, bk). */
-INLINE TAMX void i8_panel(bool sym, int bk, I8_PANEL_ARGS) {
-    const size_t gbytes = (size_t)nblk * (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
-    const int64_t nbt = a->ld / bk; /* blocks per token row */
-    for (int64_t t = 0; t < T; t += 16) {
-        const int mr = (int)(T - t < 16 ? T - t : 16);
-        const float *dxT = a->dxT + ((t / 16) * nbt + k0 / bk) * 16;
-        const int32_t *mbT = (const int32_t *)a->mbT + ((t / 16) * nbt + k0 / bk) * 16;
-        for (int64_t r = 0; r < np; r += 16) {
-            const int nc = (int)(np - r < 16 ? np - r : 16);
-            i8_tile16(sym, bk, nblk, a->q + t * a->ld + k0, a->ld, dxT, mbT,
-                      panel + (size_t)(r / IG) * gbytes, (int)(r % IG) / 16, mr, nc,
-                      y + t * ldy + r, ldy, add);
-        }
-    }
-}
-#define I8_PANEL_PASS nblk, a, T, k0, kc, panel, np, y, ldy, add
-TAMX static void i8_panel_32s(I8_PANEL_ARGS) { i8_panel(true, 32, I8_PANEL_PASS); }
-TAMX static void i8_panel_32a(I8_PANEL_ARGS) { i8_panel(false, 32, I8_PANEL_PASS); }
-TAMX static void i8_panel_16s(I8_PANEL_ARGS) { i8_panel(true, 16, I8_PANEL_PASS); }
-
 TAMX void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                        int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                        bool add) {
-    /* tiles 0 and 3: A (16 x bk bytes); 1 and 4: B (bk/4 rows); 2, 5-7: C */
-    amx_configure(kind->bk, kind->bk / 4);
-    const int64_t nblk = kc / kind->bk;
-    if (kind->bk == 16) i8_panel_16s(nblk, a, T, k0, kc, panel, np, y, ldy, add);
-    else if (kind->sym) i8_panel_32s(nblk, a, T, k0, kc, panel, np, y, ldy, add);
-    else i8_panel_32a(nblk, a, T, k0, kc, panel, np, y, ldy, add);
+    (void)kind; /* Q8_0 packed signed: the only kind on this path (simd.h) */
+    /* tiles 0 and 3: A (16 x 32 bytes); 1 and 4: B (8 rows); 2, 5-7: C */
+    amx_configure(I8_BK, I8_BK / 4);
+    const int64_t nblk = kc / I8_BK, nbt = a->ld / I8_BK;
+    const size_t gbytes = (size_t)nblk * (size_t)(I8_BK * IG + 2 * IG * (int)sizeof(float));
+    for (int64_t t = 0; t < T; t += 16) {
+        const int mr = (int)(T - t < 16 ? T - t : 16);
+        const float *dxT = a->dxT + ((t / 16) * nbt + k0 / I8_BK) * 16;
+        for (int64_t r = 0; r < np; r += 16) {
+            const int nc = (int)(np - r < 16 ? np - r : 16);
+            i8_tile16(nblk, a->q + t * a->ld + k0, a->ld, dxT, panel + (size_t)(r / IG) * gbytes,
+                      (int)(r % IG) / 16, mr, nc, y + t * ldy + r, ldy, add);
+        }
+    }
 }
 
 /* ==== K-quants in planes (simd.h) ============================================= */

@@ -534,7 +534,6 @@ T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t
     const size_t bbytes = (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
     const size_t tsz = w->type == CLEF_DTYPE_Q4_K ? 144 : w->type == CLEF_DTYPE_Q5_K ? 176 : 210;
     const __m256i lo4 = _mm256_set1_epi8(0x0f), three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-    const __m256i m32 = _mm256_set1_epi8(32);
     for (int64_t g = 0; g < groups; g++) {
         uint8_t *gp = dst + g * nblk * bbytes;
         for (int sg = 0; sg < IG / 16; sg++) {
@@ -559,7 +558,7 @@ T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t
                     for (int j = 0; j < 256 / bk; j++) {
                         float *sp = (float *)(gp + (b0 + j) * bbytes + bk * IG);
                         sp[sg * 16 + i] = sv[j];
-                        sp[IG + sg * 16 + i] = kind->signed_q ? 0.0f : mv[j];
+                        sp[IG + sg * 16 + i] = mv[j];
                     }
                 }
                 __m256i r[16];
@@ -609,12 +608,6 @@ T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t
                             q1[i] = _mm256_or_si256(_mm256_and_si256(c, lo4), _mm256_slli_epi16(h1, 4));
                             q2[i] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), lo4), _mm256_slli_epi16(h2, 4));
                             q3[i] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), lo4), _mm256_slli_epi16(h3, 4));
-                            if (kind->signed_q) { /* q6 − 32, as stored it means */
-                                r[i] = _mm256_sub_epi8(r[i], m32);
-                                q1[i] = _mm256_sub_epi8(q1[i], m32);
-                                q2[i] = _mm256_sub_epi8(q2[i], m32);
-                                q3[i] = _mm256_sub_epi8(q3[i], m32);
-                            }
                         }
                         const int64_t hb = b0 + 8 * half; /* 16-blocks of this half */
                         store_rows32(r, bk, gp, bbytes, hb + 0, sg);
