@@ -96,7 +96,8 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
 const char *mm_precision(const cpu_target *tg, const mm_weight *w) {
     mm_plan p;
     if (!plan_make(tg, w, &p)) return "f32";
-    if (p.kind == MM_KIND_I8 || p.kind == MM_KIND_AMX_I8 || p.kind == MM_KIND_AMX_KQ) return "int8";
+    if (p.kind == MM_KIND_I8 || p.kind == MM_KIND_AMX_I8 || p.kind == MM_KIND_AMX_KQ)
+        return "int8";
     bool bf16 = p.kind == MM_KIND_DOT_BF16 || p.kind == MM_KIND_AMX_BF16 || p.round_bf16;
     return bf16 ? "bf16" : "f32";
 }
@@ -111,7 +112,7 @@ int mm_act_block(const cpu_target *tg, const mm_weight *w) {
 static size_t align_up(size_t n) { return (n + MM_ALIGN - 1) / MM_ALIGN * MM_ALIGN; }
 
 /* Token rows the activations are allocated for: tile kernels read whole
- * tiles of 32 (BF16) or 16 (int8) rows. */
+ * tiles of 32 (BF16, the K-quant planes) or 16 (Q8_0) rows. */
 static int64_t act_rows(const mm_plan *p, int64_t T) {
     int64_t r = p->kind == MM_KIND_AMX_BF16 || p->kind == MM_KIND_AMX_KQ ? 32
                 : p->kind == MM_KIND_AMX_I8                                ? 16
@@ -132,7 +133,8 @@ static size_t act_bytes(const mm_plan *p, const mm_weight *w, int64_t T) {
         return p->kind == MM_KIND_AMX_I8 ? b + mb : b;
     }
     case MM_KIND_AMX_KQ: /* q, dT (one per 256), bsT (one per 32) */
-        return align_up(tin) + align_up(tin / 256 * sizeof(float)) + align_up(tin / 32 * sizeof(float));
+        return align_up(tin) + align_up(tin / 256 * sizeof(float)) +
+               align_up(tin / 32 * sizeof(float));
     default: return p->round_bf16 ? align_up(tin * sizeof(float)) : 0;
     }
 }
@@ -141,8 +143,10 @@ static size_t thread_bytes(const mm_plan *p) {
     switch (p->kind) {
     case MM_KIND_I8:
     case MM_KIND_AMX_I8:
-        return align_up((size_t)((p->NP + MM_I8_G - 1) / MM_I8_G) * mm_i8_group_bytes(&p->i8, p->KC));
-    case MM_KIND_AMX_KQ: return (size_t)(p->NP / 16) * (size_t)(p->KC / 256) * mm_kq_rec_bytes(p->type);
+        return align_up((size_t)((p->NP + MM_I8_G - 1) / MM_I8_G) *
+                        mm_i8_group_bytes(&p->i8, p->KC));
+    case MM_KIND_AMX_KQ:
+        return (size_t)(p->NP / 16) * (size_t)(p->KC / 256) * mm_kq_rec_bytes(p->type);
     case MM_KIND_AMX_BF16:
         /* the packed panel over all of k, then the f32 accumulators */
         return align_up((size_t)(p->KC / 32) * 2048) + (size_t)MM_AMX_TT * 32 * sizeof(float);
@@ -210,7 +214,8 @@ static void act_task(void *ctx, int ith, int nth) {
         return;
     }
     if (j->p.kind == MM_KIND_AMX_KQ) {
-        amx_act_kq(j->x, in, j->T, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dxT, (float *)j->i8.mbT);
+        float *sums = j->p.type == CLEF_DTYPE_Q6_K ? NULL : (float *)j->i8.mbT; /* no min term */
+        amx_act_kq(j->x, in, j->T, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dxT, sums);
         return;
     }
     const int64_t tp = t1; /* past T: padding rows (pad_act_rows, transpose_scales) */

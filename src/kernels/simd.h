@@ -154,8 +154,9 @@ void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t
  *               (q − 32)·c_i (|·| ≤ 64, signed, TDPBSSD); no min term
  * One f32 scale step per 256 weights instead of one per 32 or 16.
  *   activations  q [T][in], dT [T/16][in/256][16] the per-256 scales d,
- *                bsT [T/16][in/32][16] = d·Σq over each 32 (amx_act_kq;
- *                rows from T up to a multiple of 32 zero)
+ *                bsT [T/16][in/32][16] = d·Σq over each 32, for the min
+ *                term (NULL: not made) (amx_act_kq; rows from T up to a
+ *                multiple of 32 zero)
  *   panel        per 16-row subgroup and super-block a record of
  *                mm_kq_rec_bytes(type): the planes, each 4 B tiles of 64 k,
  *                then d[16] and (Q4_K, Q5_K) dmin·m_j [8][16]

@@ -277,7 +277,8 @@ INLINE TAMX void i8_tile16(int64_t nblk, const int8_t *aq, int64_t lda, const fl
         i8_dots(nb, aq + b0 * I8_BK, lda, gp + (size_t)b0 * bbytes + sg * 64, bbytes, c);
         MEM_BARRIER();
         for (int64_t b = 0; b < nb; b++) {
-            const float *sv = (const float *)(gp + (size_t)(b0 + b) * bbytes + I8_BK * IG) + sg * 16;
+            const float *sv =
+                (const float *)(gp + (size_t)(b0 + b) * bbytes + I8_BK * IG) + sg * 16;
             i8_scale(f, c + b * 256, sv, dxT + (b0 + b) * 16);
         }
     }
@@ -323,7 +324,8 @@ typedef struct kq_form {
 } kq_form;
 
 INLINE kq_form kq_form_of(uint32_t type) {
-    if (type == CLEF_DTYPE_Q6_K) return (kq_form){4, {0, 2, 4, 6}, true, false, mm_kq_rec_bytes(type)};
+    if (type == CLEF_DTYPE_Q6_K)
+        return (kq_form){4, {0, 2, 4, 6}, true, false, mm_kq_rec_bytes(type)};
     return (kq_form){2, {3, 0, 0, 0}, false, true, mm_kq_rec_bytes(type)};
 }
 
@@ -332,26 +334,32 @@ TAMX void amx_act_kq(const float *x, int64_t in, int64_t T, int64_t t0, int64_t 
     const int64_t nsb = in / 256, n32 = in / 32;
     for (int64_t t = t0; t < t1; t++) {
         int8_t *qr = q + t * in;
-        float *dt = dT + (t / 16) * nsb * 16 + t % 16, *bt = bsT + (t / 16) * n32 * 16 + t % 16;
+        float *dt = dT + (t / 16) * nsb * 16 + t % 16;
+        float *bt = bsT ? bsT + (t / 16) * n32 * 16 + t % 16 : NULL;
         if (t >= T) {
             memset(qr, 0, (size_t)in);
             for (int64_t s = 0; s < nsb; s++) dt[s * 16] = 0.0f;
-            for (int64_t b = 0; b < n32; b++) bt[b * 16] = 0.0f;
+            for (int64_t b = 0; bt && b < n32; b++) bt[b * 16] = 0.0f;
             continue;
         }
         for (int64_t s = 0; s < nsb; s++) {
             const float *xs = x + t * in + 256 * s;
             __m512 a = _mm512_setzero_ps();
-            for (int i = 0; i < 256; i += 16) a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(xs + i)));
+            for (int i = 0; i < 256; i += 16)
+                a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(xs + i)));
             const float d = _mm512_reduce_max_ps(a) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
             dt[s * 16] = d;
             for (int j = 0; j < 8; j++) {
                 const __m512 v = _mm512_set1_ps(id);
                 __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 32 * j), v));
-                __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 32 * j + 16), v));
+                __m512i q1 =
+                    _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 32 * j + 16), v));
                 _mm_storeu_si128((__m128i *)(qr + 256 * s + 32 * j), _mm512_cvtsepi32_epi8(q0));
-                _mm_storeu_si128((__m128i *)(qr + 256 * s + 32 * j + 16), _mm512_cvtsepi32_epi8(q1));
-                bt[(s * 8 + j) * 16] = d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+                _mm_storeu_si128((__m128i *)(qr + 256 * s + 32 * j + 16),
+                                 _mm512_cvtsepi32_epi8(q1));
+                if (bt)
+                    bt[(s * 8 + j) * 16] =
+                        d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
             }
         }
     }
@@ -387,18 +395,22 @@ INLINE TAMX void kq_quants45(bool five, const uint8_t *blk, int c, __m256i q[2])
     q[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     if (five) {
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
-        q[0] = _mm256_or_si256(q[0], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
-        q[1] = _mm256_or_si256(q[1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+        q[0] = _mm256_or_si256(
+            q[0], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+        q[1] = _mm256_or_si256(
+            q[1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
     }
 }
 
 /* Q6_K: the same 64 k as two runs of 32, q6 − 32 (signed, −32..31).  Half
  * c/2 of the block; its runs 0, 1 (c even) or 2, 3 (c odd) — see dq_q6_k. */
 INLINE TAMX void kq_quants6(const uint8_t *blk, int c, __m256i q[2]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), three = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), three = _mm256_set1_epi8(3),
+                  m32 = _mm256_set1_epi8(32);
     const uint8_t *ql = blk + 64 * (c / 2), *qh = blk + 128 + 32 * (c / 2);
     const int hi = c % 2; /* runs 2, 3: the high nibbles */
-    const __m256i a = _mm256_loadu_si256((const __m256i *)ql), b = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    const __m256i a = _mm256_loadu_si256((const __m256i *)ql),
+                  b = _mm256_loadu_si256((const __m256i *)(ql + 32));
     const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
     const __m256i la = hi ? _mm256_and_si256(_mm256_srli_epi16(a, 4), m4) : _mm256_and_si256(a, m4);
     const __m256i lb = hi ? _mm256_and_si256(_mm256_srli_epi16(b, 4), m4) : _mm256_and_si256(b, m4);
@@ -461,17 +473,20 @@ INLINE TAMX void kq_pack_record(uint32_t type, const kq_form *fm, const uint8_t 
             if (six) {
                 const __m256i d0 = _mm256_add_epi8(q[0], q[0]), d1 = _mm256_add_epi8(q[1], q[1]);
                 for (int p = 0; p < 4; p++)
-                    pl[p][i] = _mm512_inserti64x4(_mm512_castsi256_si512(mul_digit(q[0], d0, g[p], g[4 + p])),
-                                                  mul_digit(q[1], d1, g[8 + p], g[12 + p]), 1);
+                    pl[p][i] = _mm512_inserti64x4(
+                        _mm512_castsi256_si512(mul_digit(q[0], d0, g[p], g[4 + p])),
+                        mul_digit(q[1], d1, g[8 + p], g[12 + p]), 1);
             } else {
                 for (int p = 0; p < 2; p++)
-                    pl[p][i] = _mm512_inserti64x4(_mm512_castsi256_si512(mul_small(q[0], g[p], g[4 + p])),
-                                                  mul_small(q[1], g[8 + p], g[12 + p]), 1);
+                    pl[p][i] =
+                        _mm512_inserti64x4(_mm512_castsi256_si512(mul_small(q[0], g[p], g[4 + p])),
+                                           mul_small(q[1], g[8 + p], g[12 + p]), 1);
             }
         }
         for (int p = 0; p < fm->planes; p++) {
             transpose16x16(pl[p]);
-            for (int r = 0; r < 16; r++) _mm512_store_si512(rec + p * KQ_PLANE + 1024 * c + 64 * r, pl[p][r]);
+            for (int r = 0; r < 16; r++)
+                _mm512_store_si512(rec + p * KQ_PLANE + 1024 * c + 64 * r, pl[p][r]);
         }
     }
 }
@@ -552,11 +567,14 @@ INLINE TAMX void kq_scale(const kq_form *fm, __m512 f[16], const int32_t *c, int
         __m512i v = _mm512_setzero_si512();
         for (int p = 0; p < fm->planes; p++) {
             const int32_t *cp = c + (p / 2) * 1024 + g * 512 + (p % 2) * 256 + 16 * i;
-            v = _mm512_add_epi32(v, _mm512_slli_epi32(_mm512_load_si512(cp), (unsigned)fm->shift[p]));
+            v = _mm512_add_epi32(v,
+                                 _mm512_slli_epi32(_mm512_load_si512(cp), (unsigned)fm->shift[p]));
         }
-        __m512 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, _mm512_set1_ps(dx[i])), f[i]);
+        __m512 acc =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, _mm512_set1_ps(dx[i])), f[i]);
         if (fm->mins)
-            for (int j = 0; j < 8; j++) acc = _mm512_fnmadd_ps(m[j], _mm512_set1_ps(bs[16 * j + i]), acc);
+            for (int j = 0; j < 8; j++)
+                acc = _mm512_fnmadd_ps(m[j], _mm512_set1_ps(bs[16 * j + i]), acc);
         f[i] = acc;
     }
 }

@@ -742,8 +742,8 @@ static float *scratch_alloc(head_scratch *s, int T, int E, int W, int F, int H, 
         {&s->qv, (size_t)nq * E}, {&s->ctxo, (size_t)no * E}, {&s->lex, (size_t)no * E},
         {&s->row, (size_t)E}, {&s->opt, (size_t)no * W}, {&s->fld, (size_t)nq * W},
         {&s->base, (size_t)nq * W}, {&s->attn, nmax * W}, {&s->feat, (size_t)no * 4 * W},
-        {&s->sc, max_z((size_t)no, 1) * W}, {&s->w.q, nmax * W}, {&s->w.k, z.kv * W}, {&s->w.v, z.kv * W},
-        {&s->w.ctx, nmax * W}, {&s->w.p, np}, {&s->w.norm, nmax * W},
+        {&s->sc, max_z((size_t)no, 1) * W}, {&s->w.q, nmax * W}, {&s->w.k, z.kv * W},
+        {&s->w.v, z.kv * W}, {&s->w.ctx, nmax * W}, {&s->w.p, np}, {&s->w.norm, nmax * W},
         {&s->w.ff, nmax * (F > 0 ? F : 1)}, {&s->w.tmp, nmax * W},
         {&s->w.qk, z.na * W}, {&s->w.pk, z.pk}, {&s->w.mv, z.na * W}, {&s->w.col, 2 * z.na},
     };
@@ -973,7 +973,8 @@ clef_status head_score_on(const head_model *h, tp_pool *pool, const cpu_target *
     const head_hparams *hp = &h->hp;
     const int no = head_count_options(qs, n_questions);
     head_scratch s;
-    float *arena = scratch_alloc(&s, T, hp->n_embd, hp->width, hp->n_ff, hp->n_head, n_questions, no);
+    float *arena =
+        scratch_alloc(&s, T, hp->n_embd, hp->width, hp->n_ff, hp->n_head, n_questions, no);
     if (!arena)
         return clef_err_set(err, CLEF_ERR_NOMEM, "decision head: no memory for %d tokens", T);
     head_exec ex = {.pool = pool, .cpu = cpu};
