@@ -429,6 +429,38 @@ INLINE void kq_digits(int sc, int c[4]) {
     c[3] = sc;
 }
 
+/* The scale side of a record: per row the digits of each 16-k group's
+ * scale (dig[row][group][plane]), d, and (Q4_K, Q5_K) dmin·m_j into
+ * mins[j][row]; zero for absent rows. */
+INLINE void kq_record_scales(bool six, const uint8_t *const rows[16], int8_t dig[16][16][4],
+                             float *d, float *mins) {
+    for (int i = 0; i < 16; i++) {
+        memset(dig[i], 0, sizeof dig[i]);
+        d[i] = 0.0f;
+        if (!six)
+            for (int j = 0; j < 8; j++) mins[j * 16 + i] = 0.0f;
+        if (!rows[i]) continue;
+        if (six) {
+            d[i] = clef_load_f16(rows[i] + 208);
+            for (int g = 0; g < 16; g++) {
+                int c[4];
+                kq_digits(((const int8_t *)(rows[i] + 192))[g], c);
+                for (int p = 0; p < 4; p++) dig[i][g][p] = (int8_t)c[p];
+            }
+            continue;
+        }
+        d[i] = clef_load_f16(rows[i]);
+        const float dm = clef_load_f16(rows[i] + 2);
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, mn;
+            clef_k_scale_min(rows[i] + 4, j, &sc, &mn);
+            dig[i][2 * j][0] = dig[i][2 * j + 1][0] = (int8_t)(sc >> 3);
+            dig[i][2 * j][1] = dig[i][2 * j + 1][1] = (int8_t)(sc & 7);
+            mins[j * 16 + i] = dm * (float)mn;
+        }
+    }
+}
+
 /* One subgroup's record for one super-block: rows[i] the 16 rows' blocks
  * (NULL past the panel).  Plane p of a row in 64-k chunk c holds each quant
  * times its 32 (Q4_K/Q5_K: digit p of sc = 8·hi + lo) or 16 (Q6_K: base-4
@@ -436,33 +468,9 @@ INLINE void kq_digits(int sc, int c[4]) {
 INLINE TAMX void kq_pack_record(uint32_t type, const kq_form *fm, const uint8_t *const rows[16],
                                 uint8_t *rec) {
     const bool six = type == CLEF_DTYPE_Q6_K, five = type == CLEF_DTYPE_Q5_K;
-    int8_t dig[16][16][4]; /* [row][scale group of 16 k][plane] */
-    float *d = (float *)(rec + fm->planes * KQ_PLANE), *mins = d + 16;
-    for (int i = 0; i < 16; i++) {
-        float dd = 0.0f, dm = 0.0f;
-        memset(dig[i], 0, sizeof dig[i]);
-        if (rows[i] && six) {
-            dd = clef_load_f16(rows[i] + 208);
-            for (int g = 0; g < 16; g++) {
-                int c[4];
-                kq_digits(((const int8_t *)(rows[i] + 192))[g], c);
-                for (int p = 0; p < 4; p++) dig[i][g][p] = (int8_t)c[p];
-            }
-        } else if (rows[i]) {
-            dd = clef_load_f16(rows[i]);
-            dm = clef_load_f16(rows[i] + 2);
-            for (int j = 0; j < 8; j++) {
-                uint8_t sc, mn;
-                clef_k_scale_min(rows[i] + 4, j, &sc, &mn);
-                dig[i][2 * j][0] = dig[i][2 * j + 1][0] = (int8_t)(sc >> 3);
-                dig[i][2 * j][1] = dig[i][2 * j + 1][1] = (int8_t)(sc & 7);
-                mins[j * 16 + i] = dm * (float)mn;
-            }
-        }
-        if (!rows[i] && fm->mins)
-            for (int j = 0; j < 8; j++) mins[j * 16 + i] = 0.0f;
-        d[i] = dd;
-    }
+    int8_t dig[16][16][4];
+    float *d = (float *)(rec + fm->planes * KQ_PLANE);
+    kq_record_scales(six, rows, dig, d, d + 16);
     for (int c = 0; c < 4; c++) {
         __m512i pl[4][16];
         for (int i = 0; i < 16; i++) {
