@@ -28,15 +28,18 @@
  *                   Q8_K), integer dots by vpdpbusd; elsewhere dequantized
  *                   weights with f32 activations
  *   F16 weights     dequantized, f32 activations
- * On amx (kernels/simd_amx.c) the same precisions run on tiles: BF16
- * weights by TDPBF16PS on BF16 activations (f32 accumulation over k),
- * quantized weights by TDPBSUD on the same int8 activation blocks, each
- * block's integer dot scaled in f32 by the same steps as on VNNI.
+ * On amx (kernels/simd_amx.c) the products run on tiles: BF16 weights by
+ * TDPBF16PS on BF16 activations (f32 accumulation over k); Q8_0 by TDPBSSD
+ * on the same per-32 int8 activations, each block's integer dot scaled in
+ * f32; the K-quants in byte planes with activations quantized per 256
+ * (llama.cpp's Q8_K granularity for them), one scale step per super-block
+ * (mm_act_block says which).
  * Weights are not repacked at load: each call packs the panel of rows it is
- * about to use (48 rows x ≤ 2048 k; AMX BF16: 32 rows x all of k) into a
- * per-thread buffer in the kernel's interleaved layout (kernels/simd.h).  That costs one pass over
- * the weights per call — a few percent at hundreds of tokens — and no
- * second copy of the model in memory.  Every output element is summed in
+ * about to use (48 rows x ≤ 2048 k; AMX BF16: 32 rows x all of k; AMX
+ * K-quants: 64 rows x ≤ 1024 k) into a per-thread buffer in the kernel's
+ * layout (kernels/simd.h).  That costs one pass over the weights per call
+ * — skipping it entirely does not make a forward measurably faster — and
+ * no second copy of the model in memory.  Every output element is summed in
  * an order fixed by the shapes, so results do not depend on the thread count.
  */
 #ifndef CLEF_KERNELS_MATMUL_H

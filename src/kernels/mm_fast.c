@@ -214,7 +214,7 @@ static void act_task(void *ctx, int ith, int nth) {
         return;
     }
     if (j->p.kind == MM_KIND_AMX_KQ) {
-        float *sums = j->p.type == CLEF_DTYPE_Q6_K ? NULL : (float *)j->i8.mbT; /* no min term */
+        float *sums = mm_kq_has_mins(j->p.type) ? (float *)j->i8.mbT : NULL;
         amx_act_kq(j->x, in, j->T, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dxT, sums);
         return;
     }
@@ -336,23 +336,21 @@ void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const
     j.act = use->buf;
     j.threads = j.act + ab;
     const bool i8 = j.p.kind == MM_KIND_I8 || j.p.kind == MM_KIND_AMX_I8;
-    if (i8) {
-        size_t tin = (size_t)act_rows(&j.p, T) * (size_t)w->in;
+    if (i8 || j.p.kind == MM_KIND_AMX_KQ) { /* the views act_bytes laid out */
+        const size_t tin = (size_t)act_rows(&j.p, T) * (size_t)w->in;
+        const uint8_t *after_q = j.act + align_up(tin);
         j.i8.q = (const int8_t *)j.act;
-        j.i8.dx = (const float *)(j.act + align_up(tin));
-        j.i8.mb = j.act + align_up(tin) + align_up(tin / 32 * sizeof(float));
         j.i8.ld = w->in;
-        if (j.p.kind == MM_KIND_AMX_I8) {
-            const size_t mbb = align_up(tin / (size_t)j.p.i8.bk * 4);
-            j.i8.dxT = (const float *)((const uint8_t *)j.i8.mb + mbb);
+        if (i8) {
+            j.i8.dx = (const float *)after_q;
+            j.i8.mb = after_q + align_up(tin / 32 * sizeof(float));
+            if (j.p.kind == MM_KIND_AMX_I8)
+                j.i8.dxT = (const float *)((const uint8_t *)j.i8.mb +
+                                           align_up(tin / (size_t)j.p.i8.bk * 4));
+        } else {
+            j.i8.dxT = (const float *)after_q;
+            j.i8.mbT = after_q + align_up(tin / 256 * sizeof(float));
         }
-    }
-    if (j.p.kind == MM_KIND_AMX_KQ) {
-        size_t tin = (size_t)act_rows(&j.p, T) * (size_t)w->in;
-        j.i8.q = (const int8_t *)j.act;
-        j.i8.dxT = (const float *)(j.act + align_up(tin));
-        j.i8.mbT = j.act + align_up(tin) + align_up(tin / 256 * sizeof(float));
-        j.i8.ld = w->in;
     }
     if (ab) tp_run(pool, act_task, &j);
     pad_act_rows(&j);

@@ -25,7 +25,7 @@
  *     u8 q[bk/4][48][4], f32 s[48], f32 m[48]   with W[r][k] = s[r]·q + m[r]
  * where q is the stored quant made unsigned (Q8_0: q+128, m = −128·s; Q6_K:
  * q6 in 0..63, m = −32·s; Q4_K/Q5_K: the quant, s = d·sc, m = −dmin·min);
- * for the AMX kernels Q8_0 and Q6_K stay signed (q, q6 − 32; m = 0).
+ * for the AMX kernel Q8_0 stays signed (m = 0).
  * Rows past the weight's end are zero.  I8 activations: per 32 values an
  * int8 block with one f32 scale dx (Q8_0's layout), plus per weight block
  * −off·Σq (int32, symmetric types) or dx·Σq (f32, Q4_K/Q5_K): the m term.
@@ -163,8 +163,9 @@ void amx_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t
  *                (amx_pack_kq, per call)
  * amx_kq_panel: y (+)= over k [k0, k0+kc) for t < T, r < np; uses a->q,
  * a->dxT (= dT), a->mbT (= bsT) and a->ld. */
+static inline bool mm_kq_has_mins(uint32_t type) { return type != CLEF_DTYPE_Q6_K; }
 static inline size_t mm_kq_rec_bytes(uint32_t type) {
-    return type == CLEF_DTYPE_Q6_K ? 4 * 4096 + 16 * 4 : 2 * 4096 + (16 + 128) * 4;
+    return mm_kq_has_mins(type) ? 2 * 4096 + (16 + 128) * 4 : 4 * 4096 + 16 * 4;
 }
 void amx_act_kq(const float *x, int64_t in, int64_t T, int64_t t0, int64_t t1, int8_t *q,
                 float *dT, float *bsT);

@@ -34,6 +34,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/kquant_x86.h"
+
 #define TAMX                                                                           \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,"            \
                           "amx-tile,amx-bf16,amx-int8")))
@@ -324,7 +326,7 @@ typedef struct kq_form {
 } kq_form;
 
 INLINE kq_form kq_form_of(uint32_t type) {
-    if (type == CLEF_DTYPE_Q6_K)
+    if (!mm_kq_has_mins(type)) /* Q6_K */
         return (kq_form){4, {0, 2, 4, 6}, true, false, mm_kq_rec_bytes(type)};
     return (kq_form){2, {3, 0, 0, 0}, false, true, mm_kq_rec_bytes(type)};
 }
@@ -386,40 +388,6 @@ INLINE TAMX __m256i mul_digit(__m256i v, __m256i v2, int c0, int c1) {
     return _mm256_sign_epi8(_mm256_blendv_epi8(v, v2, two), c);
 }
 
-/* Q4_K / Q5_K: a row's quants of 64 k from 64·c as two runs of 32 (sub-blocks
- * 2c and 2c+1), unsigned 0..15 / 0..31. */
-INLINE TAMX void kq_quants45(bool five, const uint8_t *blk, int c, __m256i q[2]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + (five ? 48 : 16) + 32 * c));
-    q[0] = _mm256_and_si256(v, m4);
-    q[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    if (five) {
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
-        q[0] = _mm256_or_si256(
-            q[0], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
-        q[1] = _mm256_or_si256(
-            q[1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
-    }
-}
-
-/* Q6_K: the same 64 k as two runs of 32, q6 − 32 (signed, −32..31).  Half
- * c/2 of the block; its runs 0, 1 (c even) or 2, 3 (c odd) — see dq_q6_k. */
-INLINE TAMX void kq_quants6(const uint8_t *blk, int c, __m256i q[2]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), three = _mm256_set1_epi8(3),
-                  m32 = _mm256_set1_epi8(32);
-    const uint8_t *ql = blk + 64 * (c / 2), *qh = blk + 128 + 32 * (c / 2);
-    const int hi = c % 2; /* runs 2, 3: the high nibbles */
-    const __m256i a = _mm256_loadu_si256((const __m256i *)ql),
-                  b = _mm256_loadu_si256((const __m256i *)(ql + 32));
-    const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
-    const __m256i la = hi ? _mm256_and_si256(_mm256_srli_epi16(a, 4), m4) : _mm256_and_si256(a, m4);
-    const __m256i lb = hi ? _mm256_and_si256(_mm256_srli_epi16(b, 4), m4) : _mm256_and_si256(b, m4);
-    const __m256i ha = _mm256_and_si256(_mm256_srli_epi16(h, 4 * hi), three);
-    const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(h, 4 * hi + 2), three);
-    q[0] = _mm256_sub_epi8(_mm256_or_si256(la, _mm256_slli_epi16(ha, 4)), m32);
-    q[1] = _mm256_sub_epi8(_mm256_or_si256(lb, _mm256_slli_epi16(hb, 4)), m32);
-}
-
 /* A Q6_K scale as four digits in [−2, 2]: sc = Σ_i 4^i·c_i. */
 INLINE void kq_digits(int sc, int c[4]) {
     for (int i = 0; i < 3; i++) {
@@ -475,7 +443,7 @@ INLINE TAMX void kq_pack_record(uint32_t type, const kq_form *fm, const uint8_t 
         __m512i pl[4][16];
         for (int i = 0; i < 16; i++) {
             __m256i q[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-            if (rows[i] && six) kq_quants6(rows[i], c, q);
+            if (rows[i] && six) kq_quants6(rows[i], c, 32, q);
             else if (rows[i]) kq_quants45(five, rows[i], c, q);
             const int8_t *g = dig[i][4 * c]; /* the groups of 16 k: 4c .. 4c+3 */
             if (six) {
@@ -502,7 +470,7 @@ INLINE TAMX void kq_pack_record(uint32_t type, const kq_form *fm, const uint8_t 
 TAMX void amx_pack_kq(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
                       uint8_t *dst) {
     const kq_form fm = kq_form_of(w->type);
-    const size_t tsz = w->type == CLEF_DTYPE_Q5_K ? 176 : w->type == CLEF_DTYPE_Q6_K ? 210 : 144;
+    const size_t tsz = clef_dtype_get(w->type)->type_size;
     const int64_t nsb = kc / 256;
     for (int sg = 0; sg * 16 < np; sg++) {
         const uint8_t *base[16];

@@ -18,6 +18,7 @@
 
 #include "core/dtype.h"
 #include "kernels/dequant.h"
+#include "kernels/kquant_x86.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 #define T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,avx512bf16")))
@@ -525,15 +526,14 @@ INLINE T512 void store_rows32(const __m256i r[16], int bk, uint8_t *gp, size_t b
 
 /* Q4_K / Q5_K / Q6_K panel, 16 rows at a time.  Per 256-element block of
  * every row the scales are decoded by mm_kquant_scales (scalar, per
- * sub-block) and the quants are built 32 at a time with byte masks and
- * shifts, then transposed like Q8_0's. */
+ * sub-block) and the quants are read 32 at a time (kquant_x86.h), then
+ * transposed like Q8_0's. */
 T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                              int64_t k0, int64_t kc, uint8_t *dst) {
     const int bk = kind->bk;
     const int64_t nsb = kc / 256, nblk = kc / bk, groups = (np + IG - 1) / IG;
     const size_t bbytes = (size_t)(bk * IG + 2 * IG * (int)sizeof(float));
-    const size_t tsz = w->type == CLEF_DTYPE_Q4_K ? 144 : w->type == CLEF_DTYPE_Q5_K ? 176 : 210;
-    const __m256i lo4 = _mm256_set1_epi8(0x0f), three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const size_t tsz = clef_dtype_get(w->type)->type_size;
     for (int64_t g = 0; g < groups; g++) {
         uint8_t *gp = dst + g * nblk * bbytes;
         for (int sg = 0; sg < IG / 16; sg++) {
@@ -567,21 +567,10 @@ T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t
                     for (int k = 0; k < 4; k++) {
                         __m256i hi[16];
                         for (int i = 0; i < 16; i++) {
-                            if (!rows[i]) {
-                                r[i] = hi[i] = _mm256_setzero_si256();
-                                continue;
-                            }
-                            const uint8_t *blk = rows[i] + sb * tsz;
-                            __m256i v = _mm256_loadu_si256((const __m256i *)(blk + (five ? 48 : 16) + 32 * k));
-                            r[i] = _mm256_and_si256(v, lo4);
-                            hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
-                            if (five) {
-                                __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
-                                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one);
-                                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one);
-                                r[i] = _mm256_or_si256(r[i], _mm256_slli_epi16(h0, 4));
-                                hi[i] = _mm256_or_si256(hi[i], _mm256_slli_epi16(h1, 4));
-                            }
+                            __m256i q[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+                            if (rows[i]) kq_quants45(five, rows[i] + sb * tsz, k, q);
+                            r[i] = q[0];
+                            hi[i] = q[1];
                         }
                         store_rows32(r, bk, gp, bbytes, b0 + 2 * k, sg);
                         store_rows32(hi, bk, gp, bbytes, b0 + 2 * k + 1, sg);
@@ -591,23 +580,16 @@ T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t
                     for (int half = 0; half < 2; half++) {
                         __m256i q1[16], q2[16], q3[16];
                         for (int i = 0; i < 16; i++) {
-                            if (!rows[i]) {
-                                r[i] = q1[i] = q2[i] = q3[i] = _mm256_setzero_si256();
-                                continue;
+                            __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+                            __m256i up[2] = {lo[0], lo[1]};
+                            if (rows[i]) {
+                                kq_quants6(rows[i] + sb * tsz, 2 * half, 0, lo);
+                                kq_quants6(rows[i] + sb * tsz, 2 * half + 1, 0, up);
                             }
-                            const uint8_t *blk = rows[i] + sb * tsz;
-                            const uint8_t *ql = blk + 64 * half, *qh = blk + 128 + 32 * half;
-                            __m256i a = _mm256_loadu_si256((const __m256i *)ql);
-                            __m256i c = _mm256_loadu_si256((const __m256i *)(ql + 32));
-                            __m256i h = _mm256_loadu_si256((const __m256i *)qh);
-                            __m256i h0 = _mm256_and_si256(h, three);
-                            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(h, 2), three);
-                            __m256i h2 = _mm256_and_si256(_mm256_srli_epi16(h, 4), three);
-                            __m256i h3 = _mm256_and_si256(_mm256_srli_epi16(h, 6), three);
-                            r[i] = _mm256_or_si256(_mm256_and_si256(a, lo4), _mm256_slli_epi16(h0, 4));
-                            q1[i] = _mm256_or_si256(_mm256_and_si256(c, lo4), _mm256_slli_epi16(h1, 4));
-                            q2[i] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), lo4), _mm256_slli_epi16(h2, 4));
-                            q3[i] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), lo4), _mm256_slli_epi16(h3, 4));
+                            r[i] = lo[0];
+                            q1[i] = lo[1];
+                            q2[i] = up[0];
+                            q3[i] = up[1];
                         }
                         const int64_t hb = b0 + 8 * half; /* 16-blocks of this half */
                         store_rows32(r, bk, gp, bbytes, hb + 0, sg);

@@ -450,6 +450,9 @@ typedef struct head_exec {
     mm_workspace ws;          /* the fast kernels' scratch, freed by score */
 } head_exec;
 
+/* The kernels' path for the head's products (no cpu: the reference). */
+static cpu_path exec_path(const head_exec *ex) { return ex->cpu ? ex->cpu->path : CPU_PATH_REF; }
+
 /* y[n][out] = x[n][in] · w[out][in]ᵀ (+ b).  On a fast path this is the
  * backbone's f32 matmul (f32 weights, f32 FMA), which is ~10x the plain
  * dot; on the reference path output features are shared out over the pool
@@ -459,8 +462,7 @@ typedef struct head_exec {
 static void linear(head_exec *ex, const float *x, int n, int in, const float *w, const float *b,
                    int out, float *y) {
     mm_weight mw;
-    if (ex->cpu && ex->cpu->path != CPU_PATH_REF &&
-        mm_weight_init(&mw, CLEF_DTYPE_F32, w, in, out)) {
+    if (exec_path(ex) != CPU_PATH_REF && mm_weight_init(&mw, CLEF_DTYPE_F32, w, in, out)) {
         mm_matmul_ex(ex->cpu, ex->pool, &mw, x, y, n, &ex->ws);
         for (size_t t = 0; b && t < (size_t)n; t++)
             for (int o = 0; o < out; o++) y[t * (size_t)out + o] += b[o];
@@ -524,9 +526,6 @@ static bool mha_folds(int nq, int nk, int W, int heads) {
     const double folded = 2.0 * nq * W * (double)W + 2.0 * nq * heads * (double)nk * W;
     return folded < direct;
 }
-
-/* The kernels' path for the head's small products. */
-static cpu_path exec_path(const head_exec *ex) { return ex->cpu ? ex->cpu->path : CPU_PATH_REF; }
 
 /* mv[a][W] = pkᵀ·kv over rows [a0, a1): the softmax-weighted key sums. */
 typedef struct mv_job {
