@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "core/cpu.h"
+#include "testutil.h"
 #include "core/threadpool.h"
 #include "kernels/gdn.h"
 #include "kernels/ops.h"
@@ -81,6 +82,7 @@ static double rel_err(const float *got, const double *want, size_t n) {
 }
 
 static void check_shape(cpu_path path, const shape *sh, const int *calls, int n_calls, tp_pool *pool) {
+    const cpu_target tg = tu_cpu_target(path);
     const int N = sh->N, Hk = sh->Hk, Hv = sh->Hv, Dk = sh->Dk, Dv = sh->Dv;
     const int ld = 2 * Hk * Dk + Hv * Dv;
     const size_t ns = (size_t)Hv * Dk * Dv, no = (size_t)N * Hv * Dv;
@@ -103,7 +105,7 @@ static void check_shape(cpu_path path, const shape *sh, const int *calls, int n_
     const float *q = qkv, *k = qkv + Hk * Dk, *v = qkv + 2 * Hk * Dk;
     for (int c0 = 0, ci = 0; c0 < N; ci++) {
         int T = calls[ci % n_calls] < N - c0 ? calls[ci % n_calls] : N - c0;
-        gdn_delta_rule_ex(path, pool, q + c0 * ld, k + c0 * ld, v + c0 * ld, ld, g + c0 * Hv,
+        gdn_delta_rule_ex(&tg, pool, q + c0 * ld, k + c0 * ld, v + c0 * ld, ld, g + c0 * Hv,
                           beta + c0 * Hv, pos + c0, T, Hk, Hv, Dk, Dv, Sf, of + (size_t)c0 * Hv * Dv);
         gdn_delta_rule(pool, q + c0 * ld, k + c0 * ld, v + c0 * ld, ld, g + c0 * Hv, beta + c0 * Hv,
                        pos + c0, T, Hk, Hv, Dk, Dv, Ss, os + (size_t)c0 * Hv * Dv);
@@ -126,21 +128,12 @@ static void check_shape(cpu_path path, const shape *sh, const int *calls, int n_
     free(of); free(os); free(ref); free(Sref);
 }
 
-static int usable_paths(cpu_path *out) {
-    cpu_features f;
-    cpu_detect(&f);
-    int n = 0;
-    for (int p = 0; p < CPU_PATH_COUNT; p++)
-        if (p != CPU_PATH_AMX && cpu_path_supported(&f, (cpu_path)p)) out[n++] = (cpu_path)p;
-    return n;
-}
-
 static void test_delta_chunked(void **state) {
     (void)state;
     tp_pool *pool;
     assert_int_equal(tp_create(3, &pool, NULL), CLEF_OK);
     cpu_path paths[CPU_PATH_COUNT];
-    int np = usable_paths(paths);
+    int np = tu_cpu_paths(paths);
     const shape small = {.N = 300, .Hk = 2, .Hv = 4, .Dk = 16, .Dv = 8, .decay = 1, .start = 0, .split = 230};
     const shape fast = {.N = 150, .Hk = 2, .Hv = 4, .Dk = 16, .Dv = 8, .decay = 30, .start = 0, .split = 150};
     const shape cont = {.N = 200, .Hk = 1, .Hv = 2, .Dk = 32, .Dv = 48, .decay = 0.3f, .start = 41, .split = 170};
@@ -167,7 +160,7 @@ static void test_conv_paths(void **state) {
     for (int i = 0; i < (K - 1 + T) * C; i++) hist[i] = rnd_uniform(-2, 2);
     for (int i = 0; i < C * K; i++) w[i] = rnd_uniform(-1, 1);
     cpu_path paths[CPU_PATH_COUNT];
-    int np = usable_paths(paths);
+    int np = tu_cpu_paths(paths);
     gdn_conv1d_silu(NULL, hist, w, pos, T, C, K, a);
     for (int i = 0; i < np; i++) {
         gdn_conv1d_silu_ex(paths[i], NULL, hist, w, pos, T, C, K, b);

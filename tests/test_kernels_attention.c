@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "core/cpu.h"
+#include "testutil.h"
 #include "core/threadpool.h"
 #include "kernels/attention.h"
 #include "kernels/ops.h"
@@ -34,20 +35,12 @@ static float rnd_uniform(float lo, float hi) {
     return lo + (hi - lo) * (float)((rng_state >> 16) & 0xffffff) / 16777216.0f;
 }
 
-static int usable_paths(cpu_path *out) {
-    cpu_features f;
-    cpu_detect(&f);
-    int n = 0;
-    for (int p = 0; p < CPU_PATH_COUNT; p++)
-        if (p != CPU_PATH_AMX && cpu_path_supported(&f, (cpu_path)p)) out[n++] = (cpu_path)p;
-    return n;
-}
-
 typedef struct attn_shape {
     int N, H, Hkv, D;
 } attn_shape;
 
 static void check_attention(cpu_path path, const attn_shape *sh, int chunk, tp_pool *pool) {
+    const cpu_target tg = tu_cpu_target(path);
     const int N = sh->N, H = sh->H, Hkv = sh->Hkv, D = sh->D, group = H / Hkv;
     int32_t *pos = malloc(sizeof *pos * (size_t)N);
     /* three sequences end to end, each starting at pos 0 in the buffer */
@@ -63,10 +56,10 @@ static void check_attention(cpu_path path, const attn_shape *sh, int chunk, tp_p
     for (size_t i = 0; i < nk; i++) v[i] = rnd_uniform(-1, 1);
     for (int c0 = 0; c0 < N; c0 += chunk) {
         int T = N - c0 < chunk ? N - c0 : chunk;
-        attn_causal_ex(path, pool, q + (size_t)c0 * H * D, k, v, pos + c0, c0, T, H, Hkv, D, scale,
+        attn_causal_ex(&tg, pool, q + (size_t)c0 * H * D, k, v, pos + c0, c0, T, H, Hkv, D, scale,
                        o + (size_t)c0 * H * D);
     }
-    attn_causal_ex(path, NULL, q, k, v, pos, 0, N, H, Hkv, D, scale, o1);
+    attn_causal_ex(&tg, NULL, q, k, v, pos, 0, N, H, Hkv, D, scale, o1);
     assert_memory_equal(o, o1, sizeof(float) * nq);
     double worst = 0;
     for (int t = 0; t < N; t++)
@@ -101,7 +94,7 @@ static void test_attention_paths(void **state) {
     tp_pool *pool;
     assert_int_equal(tp_create(3, &pool, NULL), CLEF_OK);
     cpu_path paths[CPU_PATH_COUNT];
-    int np = usable_paths(paths);
+    int np = tu_cpu_paths(paths);
     const attn_shape a = {160, 4, 2, 24}, b = {200, 8, 2, 64}, c = {150, 2, 2, 256}, d = {90, 4, 1, 17};
     for (int i = 0; i < np; i++) {
         check_attention(paths[i], &a, 160, NULL);
@@ -123,7 +116,7 @@ static void test_ops_paths(void **state) {
     }
     for (int i = 0; i < N; i++) w[i] = rnd_uniform(0.5f, 1.5f);
     cpu_path paths[CPU_PATH_COUNT];
-    int np = usable_paths(paths);
+    int np = tu_cpu_paths(paths);
     for (int p = 0; p < np; p++) {
         const cpu_path path = paths[p];
         op_rmsnorm_ex(path, NULL, y, x, w, N, R, 1e-6f);

@@ -126,8 +126,14 @@ static int usable_targets(path_case *out) {
     if (cpu_path_supported(&f, CPU_PATH_AVX2)) out[n++] = (path_case){"avx2", {.path = CPU_PATH_AVX2}};
     else printf("[simd] skip avx2: not supported here\n");
     if (cpu_path_supported(&f, CPU_PATH_AVX512)) {
+        /* both broadcast forms, BF16 both widened to f32 and on vdpbf16ps,
+         * whichever this CPU's own choice is */
         out[n++] = (path_case){"avx512 (no bf16, no vnni)", {.path = CPU_PATH_AVX512}};
-        out[n++] = (path_case){"avx512", {.path = CPU_PATH_AVX512, .bf16 = f.avx512bf16, .vnni = f.avx512vnni}};
+        out[n++] = (path_case){"avx512 (folded broadcasts)",
+                               {.path = CPU_PATH_AVX512, .bf16 = f.avx512bf16,
+                                .vnni = f.avx512vnni, .bcast_fold = true}};
+        out[n++] = (path_case){"avx512 (vnni, BF16 widened)",
+                               {.path = CPU_PATH_AVX512, .vnni = f.avx512vnni}};
     } else {
         printf("[simd] skip avx512: not supported here\n");
     }
@@ -247,8 +253,8 @@ static void check_gemm(const path_case *pc, int64_t m, int64_t n, int64_t k, boo
     for (int64_t i = 0; i < m * n; i++) C0[i] = C[i] = rnd_uniform(-1, 1);
     /* A(i,kk): row-major [m][k], or stored transposed [k][m]; B: [k][n], or [n][k] for nt */
     int64_t rsa = transA ? 1 : k, csa = transA ? m : 1;
-    if (nt) mm_gemm_nt(pc->tg.path, m, n, k, A, k, B, k, C, n, add);
-    else mm_gemm_nn(pc->tg.path, m, n, k, A, rsa, csa, B, n, C, n, add);
+    if (nt) mm_gemm_nt(&pc->tg, m, n, k, A, k, B, k, C, n, add);
+    else mm_gemm_nn(&pc->tg, m, n, k, A, rsa, csa, B, n, C, n, add);
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             double ref = add ? C0[i * n + j] : 0.0, mag = fabs(ref);
@@ -313,7 +319,9 @@ static void test_cpu_choose(void **state) {
     }
     if (cpu_path_supported(&f, CPU_PATH_AVX512)) {
         assert_int_equal(cpu_choose("avx512", &f, &t, &err), CLEF_OK);
-        assert_int_equal(t.bf16, f.avx512bf16);
+        /* vdpbf16ps and folded broadcasts are AMD's; Intel widens BF16 */
+        assert_int_equal(t.bf16, f.avx512bf16 && f.amd);
+        assert_int_equal(t.bcast_fold, f.amd);
         assert_int_equal(t.vnni, f.avx512vnni);
     }
     assert_string_equal(cpu_path_name(CPU_PATH_AVX512), "avx512");

@@ -69,3 +69,21 @@ const char *tu_clef_bin(void) {
     const char *b = getenv("CLEF_BIN");
     return b && *b ? b : "build/clef";
 }
+
+int tu_cpu_paths(cpu_path *out) {
+    cpu_features f;
+    cpu_detect(&f);
+    int n = 0;
+    for (int p = 0; p < CPU_PATH_COUNT; p++)
+        if (p != CPU_PATH_AMX && cpu_path_supported(&f, (cpu_path)p)) out[n++] = (cpu_path)p;
+    return n;
+}
+
+cpu_target tu_cpu_target(cpu_path path) {
+    cpu_features f;
+    cpu_detect(&f);
+    cpu_target t = {.path = path};
+    clef_error err = {0};
+    if (cpu_choose(cpu_path_name(path), &f, &t, &err) != CLEF_OK) t = (cpu_target){.path = path};
+    return t;
+}

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/cpu.h"
+
 #define ORACLE_DIR "../shared/oracle"
 
 /* Whole file into a NUL-terminated malloc'd buffer (NULL on failure). */
@@ -22,5 +24,13 @@ char *tu_run(const char *cmd, int *status);
 
 /* Path of the clef binary under test (env CLEF_BIN, else build/clef). */
 const char *tu_clef_bin(void);
+
+/* The kernel paths this CPU runs, amx left out (the small-kernel tests need
+ * no tiles); returns how many were written (at most CPU_PATH_COUNT). */
+int tu_cpu_paths(cpu_path *out);
+
+/* path's target as cpu_choose makes it on this CPU (its optional
+ * instructions and broadcast form included); path must be supported. */
+cpu_target tu_cpu_target(cpu_path path);
 
 #endif

@@ -36,6 +36,9 @@ void cpu_detect(cpu_features *f) {
     bool zmm_os = (xcr0 & 0xe6) == 0xe6;
     bool amx_os = (xcr0 & 0x60000) == 0x60000;
     unsigned int max_leaf = __get_cpuid_max(0, NULL);
+    unsigned int v[4];
+    __cpuid(0, v[0], v[1], v[2], v[3]); /* vendor: EBX, EDX, ECX */
+    f->amd = v[1] == 0x68747541u && v[3] == 0x69746e65u && v[2] == 0x444d4163u;
     unsigned int b7 = 0, c7 = 0, d7 = 0, a71 = 0;
     if (max_leaf >= 7) {
         __cpuid_count(7, 0, a, b7, c7, d7);
@@ -130,7 +133,10 @@ clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *o
     }
     out->path = path;
     if (path == CPU_PATH_AVX512 || path == CPU_PATH_AMX) {
-        out->bf16 = f->avx512bf16;
+        /* vdpbf16ps only where it is faster than widening to f32 FMAs (on
+         * amx BF16 runs on tiles; dpbf16 takes widths they cannot) */
+        out->bf16 = f->avx512bf16 && (f->amd || path == CPU_PATH_AMX);
+        out->bcast_fold = f->amd;
         out->vnni = f->avx512vnni;
         out->amx = path == CPU_PATH_AMX;
     }

@@ -13,9 +13,12 @@
  *           arbiter every other path is tested against
  *   avx2    AVX2+FMA: f32 kernels (BF16/quantized weights widened to f32;
  *           BF16 weights meet activations rounded to BF16, as llama.cpp)
- *   avx512  AVX-512F/BW/VL; with AVX512_BF16, BF16 weights use dpbf16 on
- *           BF16 activations; with AVX512_VNNI, Q8_0/Q4_K/Q5_K/Q6_K weights
- *           use vpdpbusd on int8 activations (per-32 blocks)
+ *   avx512  AVX-512F/BW/VL; BF16 weights meet BF16 activations, on
+ *           vdpbf16ps where it outruns f32 FMAs (AMD: Zen 4/5), else widened
+ *           to f32 panels for FMAs (Intel: vdpbf16ps zmm issues at 1.3/ns
+ *           against 5.4/ns for an FMA on Emerald Rapids, half the flops);
+ *           with AVX512_VNNI, Q8_0/Q4_K/Q5_K/Q6_K weights use vpdpbusd on
+ *           int8 activations (per-32 blocks)
  *   amx     avx512 plus AMX tiles: BF16 and quantized weights on
  *           TDPBF16PS / TDPBSSD / TDPBSUD.  Needs the tile-data
  *           permission from Linux (arch_prctl ARCH_REQ_XCOMP_PERM);
@@ -43,12 +46,18 @@ typedef struct cpu_features {
     bool avx512f, avx512bw, avx512vl, avx512dq;
     bool avx512bf16, avx512vnni;
     bool amx_tile, amx_bf16, amx_int8;  /* CPU + XCR0; the permission is separate */
+    bool amd;                           /* vendor AuthenticAMD                  */
 } cpu_features;
 
 /* The kernels a model runs with. */
 typedef struct cpu_target {
     cpu_path path;
     bool bf16;      /* avx512 family: dpbf16 kernels for BF16 weights          */
+    bool bcast_fold;/* avx512 family: f32 broadcasts folded into each FMA as a
+                       {1to16} operand (AMD: a separate broadcast takes an FP
+                       pipe); else one vbroadcastss feeds a row of FMAs (Intel:
+                       a broadcast is a load-port uop, and folded into every
+                       FMA the loads become the limit)                      */
     bool vnni;      /* avx512 family: vpdpbusd kernels for quantized weights    */
     bool amx;       /* AMX tiles usable (permission granted)                   */
 } cpu_target;

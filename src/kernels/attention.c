@@ -94,7 +94,7 @@ typedef struct attn_item {
 } attn_item;
 
 typedef struct attn_fast_job {
-    cpu_path path;
+    const cpu_target *cpu;
     attn_job a;
     attn_item *items;
     int64_t n_items;
@@ -133,7 +133,7 @@ static inline __attribute__((always_inline)) void attn_item_body(const attn_fast
             memcpy(Kb + c * D, a->k + (j0 + c) * kvs + (int64_t)it->kh * D, (size_t)D * sizeof *Kb);
             memcpy(Vb + c * D, a->v + (j0 + c) * kvs + (int64_t)it->kh * D, (size_t)D * sizeof *Vb);
         }
-        mm_gemm_nt(j->path, rows, nb, D, Q, D, Kb, D, P, KB, false);
+        mm_gemm_nt(j->cpu, rows, nb, D, Q, D, Kb, D, P, KB, false);
         for (int64_t r = 0; r < rows; r++) {
             float *p = P + r * KB;
             int64_t valid = a->q0 + it->t0 + r / group - j0 + 1; /* keys up to the query itself */
@@ -155,11 +155,11 @@ static inline __attribute__((always_inline)) void attn_item_body(const attn_fast
                 m[r] = bmax;
             }
             for (int64_t c = 0; c < valid; c++) p[c] -= m[r];
-            op_exp_ex(j->path, p, p, valid);
+            op_exp_ex(j->cpu->path, p, p, valid);
             for (int64_t c = 0; c < valid; c++) l[r] += p[c];
             for (int64_t c = valid; c < nb; c++) p[c] = 0.0f;
         }
-        mm_gemm_nn(j->path, rows, D, nb, P, KB, 1, Vb, D, O, D, true);
+        mm_gemm_nn(j->cpu, rows, D, nb, P, KB, 1, Vb, D, O, D, true);
     }
     for (int64_t i = 0; i < it->n; i++)
         for (int hg = 0; hg < group; hg++) {
@@ -182,7 +182,7 @@ attn_item_avx2(const attn_fast_job *j, const attn_item *it, float *buf) {
 
 static void attn_item_run(const attn_fast_job *j, const attn_item *it, float *buf) {
 #if defined(__x86_64__)
-    if (j->path == CPU_PATH_AVX2) attn_item_avx2(j, it, buf);
+    if (j->cpu->path == CPU_PATH_AVX2) attn_item_avx2(j, it, buf);
     else attn_item_avx512(j, it, buf);
 #else
     attn_item_body(j, it, buf);
@@ -200,11 +200,11 @@ static void attn_fast_task(void *ctx, int ith, int nth) {
     }
 }
 
-void attn_causal_ex(cpu_path path, tp_pool *pool, const float *q, const float *k, const float *v,
+void attn_causal_ex(const cpu_target *cpu, tp_pool *pool, const float *q, const float *k, const float *v,
                     const int32_t *pos, int64_t q0, int64_t Tq, int H, int Hkv, int D, float scale,
                     float *out) {
     assert(D > 0 && D <= ATTN_MAX_HEAD_DIM && Hkv > 0 && H % Hkv == 0);
-    if (path == CPU_PATH_REF || Tq <= 0) {
+    if (cpu->path == CPU_PATH_REF || Tq <= 0) {
         attn_causal(pool, q, k, v, pos, q0, Tq, H, Hkv, D, scale, out);
         return;
     }
@@ -213,7 +213,7 @@ void attn_causal_ex(cpu_path path, tp_pool *pool, const float *q, const float *k
     int64_t n_runs = 0;
     for (int64_t t = 0; t < Tq; t++)
         if (t == 0 || pos[t] != pos[t - 1] + 1 || pos[t] % QB == 0) n_runs++;
-    attn_fast_job j = {.path = path, .a = {q, k, v, pos, q0, Tq, H, Hkv, D, scale, out}};
+    attn_fast_job j = {.cpu = cpu, .a = {q, k, v, pos, q0, Tq, H, Hkv, D, scale, out}};
     j.thread_floats = (size_t)QB * group * (2 * (size_t)D + KB + 2) + 2 * (size_t)KB * D;
     j.items = malloc((size_t)(n_runs * Hkv) * sizeof *j.items);
     j.scratch = malloc((size_t)tp_size(pool) * j.thread_floats * sizeof *j.scratch);

@@ -27,7 +27,7 @@ void attn_causal(tp_pool *pool, const float *q, const float *k, const float *v,
                  const int32_t *pos, int64_t q0, int64_t Tq, int H, int Hkv, int D,
                  float scale, float *out);
 
-/* attn_causal on the kernels of `path`.  ref: attn_causal itself.  Other
+/* attn_causal on the kernels of the target cpu.  ref: attn_causal itself.  Other
  * paths: per work item (one K/V head, up to ATTN_QBLOCK query tokens of one
  * sequence, all the query heads that share the K/V head) the scores of a
  * block of ATTN_FAST_KEYS keys are one small GEMM (mm_gemm_nt), the online
@@ -39,7 +39,7 @@ void attn_causal(tp_pool *pool, const float *q, const float *k, const float *v,
  * attn_causal runs instead. */
 #define ATTN_QBLOCK 32
 #define ATTN_FAST_KEYS 128
-void attn_causal_ex(cpu_path path, tp_pool *pool, const float *q, const float *k, const float *v,
+void attn_causal_ex(const cpu_target *cpu, tp_pool *pool, const float *q, const float *k, const float *v,
                     const int32_t *pos, int64_t q0, int64_t Tq, int H, int Hkv, int D, float scale,
                     float *out);
 

@@ -222,7 +222,7 @@ static void chunk_buf_at(float *base, int Dk, int Dv, chunk_buf *b) {
 }
 
 typedef struct chunk_job {
-    cpu_path path;
+    const cpu_target *cpu;
     const delta_job *dj;
     float *scratch;     /* per thread chunk_floats                           */
     atomic_int next_head;
@@ -233,7 +233,8 @@ typedef struct chunk_job {
 static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_job *cj, chunk_buf *b,
                                                                     int h, int64_t t0, int n) {
     const delta_job *j = cj->dj;
-    const cpu_path path = cj->path;
+    const cpu_target *tg = cj->cpu;
+    const cpu_path path = tg->path;
     const int Dk = j->Dk, Dv = j->Dv, hk = h % j->Hk;
     const float scale = 1.0f / sqrtf((float)Dk);
     float *S = j->S + (int64_t)h * Dk * Dv;
@@ -269,12 +270,12 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
     for (int i = 0; i < Dk; i++)
         for (int t = 0; t < n; t++) b->kt[i * n + t] = b->kq[(int64_t)t * Dk + i];
     /* P = [K; Q]·S0,  M = [K; Q]·Kᵀ */
-    mm_gemm_nn(path, 2 * n, Dv, Dk, b->kq, Dk, 1, S, Dv, b->p, Dv, false);
+    mm_gemm_nn(tg, 2 * n, Dv, Dk, b->kq, Dk, 1, S, Dv, b->p, Dv, false);
     /* only s ≤ t of k_t·k_s and q_t·k_s is read: strips of rows stop there */
     for (int i0 = 0; i0 < n; i0 += TRI) {
         int rows = n - i0 < TRI ? n - i0 : TRI, cols = i0 + rows;
-        mm_gemm_nn(path, rows, cols, Dk, b->kq + (int64_t)i0 * Dk, Dk, 1, b->kt, n, b->m + i0 * n, n, false);
-        mm_gemm_nn(path, rows, cols, Dk, b->kq + (int64_t)(n + i0) * Dk, Dk, 1, b->kt, n,
+        mm_gemm_nn(tg, rows, cols, Dk, b->kq + (int64_t)i0 * Dk, Dk, 1, b->kt, n, b->m + i0 * n, n, false);
+        mm_gemm_nn(tg, rows, cols, Dk, b->kq + (int64_t)(n + i0) * Dk, Dk, 1, b->kt, n,
                    b->m + (n + i0) * n, n, false);
     }
     /* R_t = β_t (v_t − γ_t·S0ᵀk_t) */
@@ -307,7 +308,7 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
     /* Δ = (I + A)⁻¹ R */
     for (int i0 = 0; i0 < n; i0 += TRI) { /* (I + A)⁻¹ is lower triangular */
         int rows = n - i0 < TRI ? n - i0 : TRI;
-        mm_gemm_nn(path, rows, Dv, i0 + rows, b->a + i0 * NC, NC, 1, b->r, Dv, b->d + (int64_t)i0 * Dv, Dv, false);
+        mm_gemm_nn(tg, rows, Dv, i0 + rows, b->a + i0 * NC, NC, 1, b->r, Dv, b->d + (int64_t)i0 * Dv, Dv, false);
     }
     /* o_t = γ_t·S0ᵀq_t + Σ_s wq[t][s] δ_s */
     for (int t = 0; t < n; t++) {
@@ -317,7 +318,7 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
     }
     for (int i0 = 0; i0 < n; i0 += TRI) { /* wq is lower triangular */
         int rows = n - i0 < TRI ? n - i0 : TRI;
-        mm_gemm_nn(path, rows, Dv, i0 + rows, b->wq + i0 * NC, NC, 1, b->d, Dv,
+        mm_gemm_nn(tg, rows, Dv, i0 + rows, b->wq + i0 * NC, NC, 1, b->d, Dv,
                    j->o + ((t0 + i0) * j->Hv + h) * Dv, (int64_t)j->Hv * Dv, true);
     }
     /* S = γ_n·S0 + Kᵀ·(e^{G_n−G_s} δ_s) */
@@ -327,7 +328,7 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
         for (int c = 0; c < Dv; c++) b->r[(int64_t)s * Dv + c] = b->e[s] * b->d[(int64_t)s * Dv + c];
     const float gl = gam[n - 1];
     for (int64_t i = 0; i < (int64_t)Dk * Dv; i++) S[i] *= gl;
-    mm_gemm_nn(path, Dk, Dv, n, b->kq, 1, Dk, b->r, Dv, S, Dv, true);
+    mm_gemm_nn(tg, Dk, Dv, n, b->kq, 1, Dk, b->r, Dv, S, Dv, true);
 }
 
 /* The chunk's own loops (gathers, the n x n inverse, scalings) compiled for
@@ -345,8 +346,8 @@ delta_chunk_avx2(const chunk_job *cj, chunk_buf *b, int h, int64_t t0, int n) {
 
 static void delta_chunk(const chunk_job *cj, chunk_buf *b, int h, int64_t t0, int n) {
 #if defined(__x86_64__)
-    if (cj->path == CPU_PATH_AVX2) delta_chunk_avx2(cj, b, h, t0, n);
-    else if (cj->path != CPU_PATH_REF) delta_chunk_avx512(cj, b, h, t0, n);
+    if (cj->cpu->path == CPU_PATH_AVX2) delta_chunk_avx2(cj, b, h, t0, n);
+    else if (cj->cpu->path != CPU_PATH_REF) delta_chunk_avx512(cj, b, h, t0, n);
     else delta_chunk_body(cj, b, h, t0, n);
 #else
     delta_chunk_body(cj, b, h, t0, n);
@@ -369,20 +370,20 @@ static void chunk_task(void *ctx, int ith, int nth) {
         }
 }
 
-void gdn_delta_rule_ex(cpu_path path, tp_pool *pool, const float *q, const float *k,
+void gdn_delta_rule_ex(const cpu_target *cpu, tp_pool *pool, const float *q, const float *k,
                        const float *v, int64_t ld, const float *g, const float *beta,
                        const int32_t *pos, int64_t T, int Hk, int Hv, int Dk, int Dv, float *S,
                        float *o) {
     assert(Dk <= GDN_MAX_HEAD_DIM && Dv <= GDN_MAX_HEAD_DIM && Hk > 0 && Hv > 0);
     int nth = tp_size(pool);
-    float *scratch = path == CPU_PATH_REF ? NULL
+    float *scratch = cpu->path == CPU_PATH_REF ? NULL
                                           : malloc((size_t)nth * chunk_floats(Dk, Dv) * sizeof(float));
     if (!scratch) {
         gdn_delta_rule(pool, q, k, v, ld, g, beta, pos, T, Hk, Hv, Dk, Dv, S, o);
         return;
     }
     delta_job dj = {q, k, v, ld, g, beta, pos, T, Hk, Hv, Dk, Dv, S, o};
-    chunk_job cj = {.path = path, .dj = &dj, .scratch = scratch};
+    chunk_job cj = {.cpu = cpu, .dj = &dj, .scratch = scratch};
     atomic_init(&cj.next_head, 0);
     tp_run(pool, chunk_task, &cj);
     free(scratch);

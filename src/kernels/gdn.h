@@ -46,7 +46,8 @@ void gdn_delta_rule(tp_pool *pool, const float *q, const float *k, const float *
                     const float *g, const float *beta, const int32_t *pos, int64_t T,
                     int Hk, int Hv, int Dk, int Dv, float *S, float *o);
 
-/* The same two operations on the kernels of `path`.
+/* The same two operations on the kernels of `path` (the delta rule: of the
+ * target cpu, whose broadcast form its GEMMs take).
  * gdn_conv1d_silu_ex: vectorised over channels (same sums in the same order;
  * the SiLU uses the vector e^x).
  * gdn_delta_rule_ex: ref runs gdn_delta_rule; other paths the chunked form
@@ -68,7 +69,7 @@ void gdn_delta_rule(tp_pool *pool, const float *q, const float *k, const float *
 #define GDN_CHUNK 64
 void gdn_conv1d_silu_ex(cpu_path path, tp_pool *pool, const float *hist, const float *w,
                         const int32_t *pos, int64_t T, int64_t C, int K, float *out);
-void gdn_delta_rule_ex(cpu_path path, tp_pool *pool, const float *q, const float *k,
+void gdn_delta_rule_ex(const cpu_target *cpu, tp_pool *pool, const float *q, const float *k,
                        const float *v, int64_t ld, const float *g, const float *beta,
                        const int32_t *pos, int64_t T, int Hk, int Hv, int Dk, int Dv, float *S,
                        float *o);

@@ -104,14 +104,15 @@ const char *mm_precision(const cpu_target *tg, const mm_weight *w);
 int mm_act_block(const cpu_target *tg, const mm_weight *w);
 
 /* Small dense products on one thread, for attention and the delta rule
- * (f32; path ref: plain loops, avx2/avx512/amx: register-tiled FMA kernels):
+ * (f32; tg NULL or path ref: plain loops, avx2/avx512/amx: register-tiled
+ * FMA kernels in the target's broadcast form):
  *   mm_gemm_nn:  C[i][j] = (add ? C[i][j] : 0) + Σ_k A[i·rsa + k·csa] · B[k·ldb + j]
  *   mm_gemm_nt:  C[i][j] = (add ? C[i][j] : 0) + Σ_k A[i·lda + k] · B[j·ldb + k]
  * for i < m, j < n, k < kdim; C row-major with leading dimension ldc.  A's
  * two strides let mm_gemm_nn read Aᵀ in place (rsa = 1, csa = ld). */
-void mm_gemm_nn(cpu_path path, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t rsa,
+void mm_gemm_nn(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t rsa,
                 int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
-void mm_gemm_nt(cpu_path path, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t lda,
+void mm_gemm_nt(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t lda,
                 const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
 
 #endif

@@ -26,6 +26,7 @@
 typedef enum mm_kind {
     MM_KIND_DOT_F32,
     MM_KIND_DOT_BF16,
+    MM_KIND_BC_BF16,    /* BF16 panels widened to f32, broadcast-form FMAs    */
     MM_KIND_I8,
     MM_KIND_AMX_BF16,   /* BF16 weights packed per panel, TDPBF16PS          */
     MM_KIND_AMX_I8,     /* the I8 panels on TDPBSSD / TDPBSUD                */
@@ -36,7 +37,8 @@ typedef struct mm_plan {
     cpu_path path;
     mm_kind kind;
     bool direct;        /* DOT kinds: weight rows read in place                */
-    bool round_bf16;    /* DOT_F32 on BF16 weights: activations rounded to BF16 */
+    bool round_bf16;    /* BF16 weights widened to f32: activations rounded to BF16 */
+    bool bcast_fold;    /* BC kinds: the target's broadcast form (core/cpu.h)   */
     mm_i8_kind i8;
     uint32_t type;      /* the weights' (AMX_KQ records depend on it)           */
     int64_t KC, NP;     /* k per block, rows per panel                          */
@@ -56,11 +58,12 @@ static bool is_i8_type(uint32_t t) {
 static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
     memset(p, 0, sizeof *p);
     p->path = tg->path;
+    p->bcast_fold = tg->bcast_fold;
     p->type = w->type;
     p->NP = MM_NP;
     if (tg->path == CPU_PATH_REF) return false;
     bool avx512 = tg->path == CPU_PATH_AVX512 || tg->path == CPU_PATH_AMX;
-    if (tg->amx && tg->bf16 && w->type == CLEF_DTYPE_BF16 && w->in % 32 == 0) {
+    if (tg->amx && w->type == CLEF_DTYPE_BF16 && w->in % 32 == 0) {
         p->kind = MM_KIND_AMX_BF16;
         p->NP = MM_NP_AMX_BF16;
         p->KC = w->in; /* the kernel blocks k itself; C stays in its scratch */
@@ -68,6 +71,10 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->kind = MM_KIND_DOT_BF16;
         p->direct = true;
         p->KC = MM_KC_BF16;
+    } else if (avx512 && w->type == CLEF_DTYPE_BF16) {
+        p->kind = MM_KIND_BC_BF16;
+        p->round_bf16 = true;
+        p->KC = MM_KC_F32;
     } else if (tg->amx && (w->type == CLEF_DTYPE_Q4_K || w->type == CLEF_DTYPE_Q5_K ||
                            w->type == CLEF_DTYPE_Q6_K)) {
         p->kind = MM_KIND_AMX_KQ;
@@ -150,6 +157,7 @@ static size_t thread_bytes(const mm_plan *p) {
     case MM_KIND_AMX_BF16:
         /* the packed panel over all of k, then the f32 accumulators */
         return align_up((size_t)(p->KC / 32) * 2048) + (size_t)MM_AMX_TT * 32 * sizeof(float);
+    case MM_KIND_BC_BF16:
     case MM_KIND_DOT_F32: return p->direct ? 0 : align_up((size_t)(p->NP * p->KC) * sizeof(float));
     default: return 0;
     }
@@ -189,7 +197,8 @@ typedef struct mm_fast_job {
     uint8_t *threads;     /* n_threads x thread_bytes                     */
     size_t per_thread;
     mm_i8_act i8;         /* views into act for MM_KIND_I8               */
-    atomic_int_fast64_t next; /* the next panel to take                  */
+    int64_t token_blocks; /* per panel (token_blocks)                     */
+    atomic_int_fast64_t next; /* the next work item to take              */
 } mm_fast_job;
 
 /* The amx copy of the activation scales (Q8_0), rows [t0, t1) (whole
@@ -229,7 +238,9 @@ static void act_task(void *ctx, int ith, int nth) {
         if (j->p.kind == MM_KIND_AMX_I8) transpose_scales(j, t0, tp);
         break;
     default:
-        mm_round_bf16(j->x + t0 * in, (t1 - t0) * in, (float *)j->act + t0 * in);
+        if (j->p.path == CPU_PATH_AVX2) /* avx2: the widened BF16 dot path */
+            mm_round_bf16(j->x + t0 * in, (t1 - t0) * in, (float *)j->act + t0 * in);
+        else avx512_round_bf16(j->x + t0 * in, (t1 - t0) * in, (float *)j->act + t0 * in);
         break;
     }
 }
@@ -250,65 +261,107 @@ static void pad_act_rows(mm_fast_job *j) {
         memset((int8_t *)j->i8.q + j->T * in, 0, (size_t)(pad * in));
 }
 
-/* Rows [p0, p0+np), k block [k0, k0+kc) times every token. */
+/* A token range of a product: rows [t0, t0+nt) of x, the activations and y. */
+typedef struct mm_tokens {
+    int64_t t0, nt;
+} mm_tokens;
+
+/* The int8 activation views from token t0 on. */
+static mm_i8_act i8_from(const mm_i8_act *a, int bk, int64_t t0) {
+    mm_i8_act v = *a;
+    v.q += t0 * a->ld;
+    v.dx += t0 * (a->ld / 32);
+    v.mb = (const uint8_t *)a->mb + (size_t)(t0 * (a->ld / bk)) * 4; /* int32 or f32 */
+    return v;
+}
+
+/* Rows [p0, p0+np), k block [k0, k0+kc) times tokens tk (all of them for
+ * the amx kinds: their activations are packed in whole tile groups). */
 static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t np, int64_t k0,
-                        int64_t kc) {
+                        int64_t kc, mm_tokens tk) {
     const mm_weight *w = j->w;
-    const int64_t in = w->in, out = w->out;
+    const int64_t in = w->in, out = w->out, T = tk.nt;
     const uint8_t *rows = (const uint8_t *)w->data + (size_t)p0 * w->row_bytes;
-    float *y = j->y + p0;
-    bool add = k0 > 0;
+    float *y = j->y + tk.t0 * out + p0;
+    const uint8_t *act = j->act;
+    const bool add = k0 > 0;
     switch (j->p.kind) {
     case MM_KIND_DOT_BF16:
-        avx512_dot_bf16(kc, (const uint16_t *)j->act + k0, in, j->T, (const uint16_t *)rows + k0,
-                        (int64_t)(w->row_bytes / 2), np, y, out, add);
+        avx512_dot_bf16(kc, (const uint16_t *)act + tk.t0 * in + k0, in, T,
+                        (const uint16_t *)rows + k0, (int64_t)(w->row_bytes / 2), np, y, out, add);
         break;
-    case MM_KIND_I8:
+    case MM_KIND_I8: {
+        const mm_i8_act a = i8_from(&j->i8, j->p.i8.bk, tk.t0);
         avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
-        avx512_i8_panel(&j->p.i8, &j->i8, j->T, k0, kc, tb, np, y, out, add);
+        avx512_i8_panel(&j->p.i8, &a, T, k0, kc, tb, np, y, out, add);
         break;
+    }
     case MM_KIND_AMX_I8:
         avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
-        amx_i8_panel(&j->p.i8, &j->i8, j->T, k0, kc, tb, np, y, out, add);
+        amx_i8_panel(&j->p.i8, &j->i8, T, k0, kc, tb, np, y, out, add);
         break;
     case MM_KIND_AMX_KQ:
         amx_pack_kq(w, p0, np, k0, kc, tb);
-        amx_kq_panel(w->type, &j->i8, j->T, k0, kc, tb, np, y, out, add);
+        amx_kq_panel(w->type, &j->i8, T, k0, kc, tb, np, y, out, add);
+        break;
+    case MM_KIND_BC_BF16:
+        avx512_pack_bf16_f32((const uint16_t *)rows + k0, (int64_t)(w->row_bytes / 2), np, kc,
+                             (float *)tb);
+        avx512_gemm_nn(j->p.bcast_fold, T, np, kc, (const float *)act + tk.t0 * in + k0, in, 1,
+                       (const float *)tb, MM_BC_NP, y, out, add);
         break;
     case MM_KIND_AMX_BF16: {
         /* kc is all of k (plan_make): one call per panel */
         float *acc = (float *)(tb + align_up((size_t)(kc / 32) * 2048));
         amx_pack_bf16(w, p0, np, k0, kc, (uint16_t *)tb);
-        amx_bf16_panel(kc, (const uint16_t *)j->act, j->T, (const uint16_t *)tb, np, y, out, acc);
+        amx_bf16_panel(kc, (const uint16_t *)act, T, (const uint16_t *)tb, np, y, out, acc);
         break;
     }
     default: {
-        const float *x = j->p.round_bf16 ? (const float *)j->act : j->x;
+        const float *x = (j->p.round_bf16 ? (const float *)act : j->x) + tk.t0 * in + k0;
         if (j->p.direct) {
-            dot_f32(&j->p, kc, x + k0, in, j->T, (const float *)rows + k0,
+            dot_f32(&j->p, kc, x, in, T, (const float *)rows + k0,
                     (int64_t)(w->row_bytes / sizeof(float)), np, y, out, add);
         } else {
             float *tmp = (float *)tb;
             mm_dequant_rows(w, p0, np, k0, kc, tmp);
-            dot_f32(&j->p, kc, x + k0, in, j->T, tmp, kc, np, y, out, add);
+            dot_f32(&j->p, kc, x, in, T, tmp, kc, np, y, out, add);
         }
     }
     }
 }
 
-/* Panels are taken from a shared counter, so a thread that runs slower (or
- * is descheduled) simply does fewer; every output is computed the same way
- * whichever thread does it. */
+/* Token blocks per panel: one, unless there are too few panels to keep the
+ * threads evenly busy (a 1024 -> 16 product has a single panel); then each
+ * panel is split over tokens, in blocks of at least 64, and packed once per
+ * block.  Rows are independent, so any split gives the same bits. */
+static int64_t token_blocks(const mm_plan *p, int64_t panels, int64_t T, int nth) {
+    const bool amx = p->kind == MM_KIND_AMX_BF16 || p->kind == MM_KIND_AMX_I8 ||
+                     p->kind == MM_KIND_AMX_KQ;
+    const int64_t want = 8 * (int64_t)nth;
+    if (amx || nth < 2 || panels >= want) return 1;
+    int64_t tb = (want + panels - 1) / panels, most = (T + 63) / 64;
+    return tb < most ? tb : most;
+}
+
+/* Work items (a panel and a token block) are taken from a shared counter,
+ * so a thread that runs slower (or is descheduled) simply does fewer; every
+ * output is computed the same way whichever thread does it. */
 static void mm_fast_task(void *ctx, int ith, int nth) {
     mm_fast_job *j = ctx;
     (void)nth;
     uint8_t *tb = j->threads + (size_t)ith * j->per_thread;
-    const int64_t panels = (j->w->out + j->p.NP - 1) / j->p.NP;
-    for (int64_t pi; (pi = atomic_fetch_add(&j->next, 1)) < panels;) {
-        int64_t p0 = pi * j->p.NP, np = j->w->out - p0 < j->p.NP ? j->w->out - p0 : j->p.NP;
+    const int64_t panels = (j->w->out + j->p.NP - 1) / j->p.NP, nb = j->token_blocks;
+    const int64_t per = (j->T + nb - 1) / nb;
+    for (int64_t it; (it = atomic_fetch_add(&j->next, 1)) < panels * nb;) {
+        const int64_t pi = it / nb, p0 = pi * j->p.NP;
+        const int64_t np = j->w->out - p0 < j->p.NP ? j->w->out - p0 : j->p.NP;
+        mm_tokens tk = {.t0 = it % nb * per};
+        tk.nt = j->T - tk.t0 < per ? j->T - tk.t0 : per;
+        if (tk.nt <= 0) continue;
         for (int64_t k0 = 0; k0 < j->w->in; k0 += j->p.KC) {
             int64_t kc = j->w->in - k0 < j->p.KC ? j->w->in - k0 : j->p.KC;
-            panel_block(j, tb, p0, np, k0, kc);
+            panel_block(j, tb, p0, np, k0, kc, tk);
         }
     }
 }
@@ -354,6 +407,7 @@ void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const
     }
     if (ab) tp_run(pool, act_task, &j);
     pad_act_rows(&j);
+    j.token_blocks = token_blocks(&j.p, (w->out + j.p.NP - 1) / j.p.NP, T, nth);
     atomic_init(&j.next, 0);
     tp_run(pool, mm_fast_task, &j);
     mm_workspace_free(&local);
@@ -361,11 +415,13 @@ void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const
 
 /* ---- small dense products ---- */
 
-void mm_gemm_nn(cpu_path path, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t rsa,
+void mm_gemm_nn(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t rsa,
                 int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {
-    switch (path) {
+    switch (tg ? tg->path : CPU_PATH_REF) {
     case CPU_PATH_AVX512:
-    case CPU_PATH_AMX: avx512_gemm_nn(m, n, kdim, A, rsa, csa, B, ldb, C, ldc, add); return;
+    case CPU_PATH_AMX:
+        avx512_gemm_nn(tg->bcast_fold, m, n, kdim, A, rsa, csa, B, ldb, C, ldc, add);
+        return;
     case CPU_PATH_AVX2: avx2_gemm_nn(m, n, kdim, A, rsa, csa, B, ldb, C, ldc, add); return;
     default: break;
     }
@@ -380,10 +436,10 @@ void mm_gemm_nn(cpu_path path, int64_t m, int64_t n, int64_t kdim, const float *
     }
 }
 
-void mm_gemm_nt(cpu_path path, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t lda,
+void mm_gemm_nt(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t lda,
                 const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {
     if (m <= 0 || n <= 0) return;
-    switch (path) {
+    switch (tg ? tg->path : CPU_PATH_REF) {
     case CPU_PATH_AVX512:
     case CPU_PATH_AMX: avx512_dot_f32(kdim, A, lda, m, B, ldb, n, C, ldc, add); return;
     case CPU_PATH_AVX2: avx2_dot_f32(kdim, A, lda, m, B, ldb, n, C, ldc, add); return;

@@ -8,8 +8,7 @@
  * offers only the `ref` path there, so they are unreachable by design.
  *
  * Two kernel forms (measured on Zen 5: ~90% of the FMA peak for the first,
- * ~85% for the second; a separate broadcast instruction costs an FMA slot
- * there, so broadcasts are folded into the FMA as {1to16} memory operands):
+ * ~85% for the second):
  *   dot form   y[t][r] = x[t]·w[r] with both rows contiguous in k: register
  *              tile of 6 tokens x 4 rows, 16 (f32) or 32 (bf16) k per step,
  *              one horizontal sum per output at the end.  Weights are read
@@ -17,7 +16,13 @@
  *   broadcast form  C[i][n..n+48) += A(i,k)·B[k][n..n+48): 8 x 48 or 6 x 64
  *              f32 tiles (avx512), 4 x 48 int8 tile on packed weight panels
  *              (VNNI; there one explicit broadcast feeds three vpdpbusd, as
- *              {1to16} operands would make the load ports the limit).
+ *              {1to16} operands would make the load ports the limit).  The
+ *              f32 tiles take the target's broadcast (cpu_target.bcast_fold):
+ *              on Zen 5 a separate broadcast costs an FMA slot, so it is
+ *              folded into each FMA; on Emerald Rapids one vbroadcastss per
+ *              tile row is faster (6 x 64 alone: 165-173 against 138-152
+ *              GFLOP/s per core, best of 7).  BF16 weights on targets
+ *              without dpbf16 are widened into [k][48] f32 panels for it.
  *
  * Packed I8 panel (built per call from the stored blocks, in a per-thread
  * buffer: no second copy of the model is kept).  Per group of 48 rows and
@@ -46,6 +51,7 @@ enum {
     MM_I8_RM = 4,       /* tokens per I8 micro-tile                           */
     MM_DOT_RM = 6,      /* tokens per dot-form micro-tile                     */
     MM_DOT_RN = 4,      /* rows per dot-form micro-tile                       */
+    MM_BC_NP = 48,      /* rows (columns of B) per widened BF16 panel         */
 };
 
 /* Activations quantized for the I8 kernels. */
@@ -82,9 +88,15 @@ void avx512_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const fl
                     int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
 void avx512_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, const uint16_t *w,
                      int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
-/* Broadcast form, general strides for A: C[i][j] (=, +=) Σ_k A[i·rsa + k·csa]·B[k·ldb + j]. */
-void avx512_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
-                    const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
+/* Broadcast form, general strides for A: C[i][j] (=, +=) Σ_k A[i·rsa + k·csa]·B[k·ldb + j];
+ * fold: the broadcast as each FMA's memory operand (cpu_target.bcast_fold). */
+void avx512_gemm_nn(bool fold, int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa,
+                    int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
+/* BF16 w rows [0, np) (np <= MM_BC_NP, ldw elements apart) x k [0, kc)
+ * widened to the broadcast form's B: dst[k·MM_BC_NP + r] (f32, exact). */
+void avx512_pack_bf16_f32(const uint16_t *w, int64_t ldw, int64_t np, int64_t kc, float *dst);
+/* mm_round_bf16 (below), bit for bit. */
+void avx512_round_bf16(const float *x, int64_t n, float *dst);
 /* x rows [t0, t1) to BF16 (round to nearest even), dst rows of `in`. */
 void avx512_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, uint16_t *dst);
 /* x rows [t0, t1) quantized per 32 (see above); in % 32 == 0. */

@@ -171,87 +171,51 @@ T512BF void avx512_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t 
 
 /* ==== broadcast form, f32 ==================================================== */
 
-enum { BM = 8, BN = 3 }; /* 8 rows x 48 columns */
-
-/* c0..c2 += broadcast(*p) · b0..b2, the broadcast folded into each FMA. */
-#define FMA3_BCAST(c0, c1, c2, b0, b1, b2, p)                                                   \
-    __asm__("vfmadd231ps %3%{1to16%}, %4, %0\n\t"                                               \
-            "vfmadd231ps %3%{1to16%}, %5, %1\n\t"                                               \
-            "vfmadd231ps %3%{1to16%}, %6, %2"                                                   \
-            : "+v"(c0), "+v"(c1), "+v"(c2)                                                       \
-            : "m"(*(p)), "v"(b0), "v"(b1), "v"(b2))
-
-T512 static void bc_f32_tile(int64_t k, const float *A, int64_t rsa, int64_t csa, int mr,
-                             const float *B, int64_t ldb, int nc, float *C, int64_t ldc, bool add) {
-    __m512 c[BM][BN];
-    const float *a[BM];
-#pragma GCC unroll 8
-    for (int i = 0; i < BM; i++) {
-        a[i] = A + (i < mr ? i : mr - 1) * rsa;
-#pragma GCC unroll 3
-        for (int j = 0; j < BN; j++) c[i][j] = _mm512_setzero_ps();
-    }
-    const __mmask16 m0 = lanes16(nc), m1 = lanes16(nc - 16), m2 = lanes16(nc - 32);
-    for (int64_t kk = 0; kk < k; kk++, B += ldb) {
-        __m512 b0 = _mm512_maskz_loadu_ps(m0, B), b1 = _mm512_maskz_loadu_ps(m1, B + 16),
-               b2 = _mm512_maskz_loadu_ps(m2, B + 32);
-        const int64_t o = kk * csa;
-#pragma GCC unroll 8
-        for (int i = 0; i < BM; i++) FMA3_BCAST(c[i][0], c[i][1], c[i][2], b0, b1, b2, a[i] + o);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < BM; i++) {
-        if (i >= mr) break;
-        float *p = C + i * ldc;
-        __m512 v0 = c[i][0], v1 = c[i][1], v2 = c[i][2];
-        if (add) {
-            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, p));
-            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, p + 16));
-            v2 = _mm512_add_ps(v2, _mm512_maskz_loadu_ps(m2, p + 32));
-        }
-        _mm512_mask_storeu_ps(p, m0, v0);
-        _mm512_mask_storeu_ps(p + 16, m1, v1);
-        _mm512_mask_storeu_ps(p + 32, m2, v2);
-    }
+/* c += A(i,k) · b.  Folded: the broadcast is the FMA's {1to16} memory
+ * operand.  Else xb, one vbroadcastss shared by the tile row's FMAs. */
+INLINE T512 __m512 bc_fma(__m512 c, __m512 b, const float *a, __m512 xb, const bool fold) {
+    if (!fold) return _mm512_fmadd_ps(xb, b, c);
+    __asm__("vfmadd231ps %1%{1to16%}, %2, %0" : "+v"(c) : "m"(*a), "v"(b));
+    return c;
 }
 
-/* c0..c3 += broadcast(*p) · b0..b3. */
-#define FMA4_BCAST(c0, c1, c2, c3, b0, b1, b2, b3, p)                                           \
-    __asm__("vfmadd231ps %4%{1to16%}, %5, %0\n\t"                                              \
-            "vfmadd231ps %4%{1to16%}, %6, %1\n\t"                                              \
-            "vfmadd231ps %4%{1to16%}, %7, %2\n\t"                                              \
-            "vfmadd231ps %4%{1to16%}, %8, %3"                                                   \
-            : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3)                                             \
-            : "m"(*(p)), "v"(b0), "v"(b1), "v"(b2), "v"(b3))
-
-enum { CM = 6 }; /* 6 rows x 64 columns, for widths that are multiples of 64 */
-
-T512 static void bc_f32_tile64(int64_t k, const float *A, int64_t rsa, int64_t csa, int mr,
-                               const float *B, int64_t ldb, int nc, float *C, int64_t ldc, bool add) {
-    __m512 c[CM][4];
-    const float *a[CM];
-#pragma GCC unroll 6
-    for (int i = 0; i < CM; i++) {
+/* C[i][j] (=, +=) Σ_k A[i·rsa + k·csa]·B[k·ldb + j] for i < mr, j < nc on an
+ * R x 16V register tile; rows past mr repeat the last valid one.  full: nc
+ * is all 16V columns, so B is loaded unmasked (a masked load costs Intel an
+ * ALU uop beside the load, on the ports the FMAs need). */
+INLINE T512 void bc_tile(const int R, const int V, const bool fold, const bool full, int64_t k,
+                         const float *A, int64_t rsa, int64_t csa, int mr, const float *B,
+                         int64_t ldb, int nc, float *C, int64_t ldc, bool add) {
+    __m512 c[8][4];
+    const float *a[8];
+    __mmask16 m[4];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) {
         a[i] = A + (i < mr ? i : mr - 1) * rsa;
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) c[i][j] = _mm512_setzero_ps();
+        for (int j = 0; j < V; j++) c[i][j] = _mm512_setzero_ps();
     }
-    __mmask16 m[4];
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) m[j] = lanes16(nc - 16 * j);
+    for (int j = 0; j < V; j++) m[j] = lanes16(nc - 16 * j);
     for (int64_t kk = 0; kk < k; kk++, B += ldb) {
-        __m512 b0 = _mm512_maskz_loadu_ps(m[0], B), b1 = _mm512_maskz_loadu_ps(m[1], B + 16),
-               b2 = _mm512_maskz_loadu_ps(m[2], B + 32), b3 = _mm512_maskz_loadu_ps(m[3], B + 48);
+        __m512 b[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < V; j++)
+            b[j] = full ? _mm512_loadu_ps(B + 16 * j) : _mm512_maskz_loadu_ps(m[j], B + 16 * j);
         const int64_t o = kk * csa;
-#pragma GCC unroll 6
-        for (int i = 0; i < CM; i++) FMA4_BCAST(c[i][0], c[i][1], c[i][2], c[i][3], b0, b1, b2, b3, a[i] + o);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            const __m512 xb = fold ? _mm512_setzero_ps() : _mm512_set1_ps(a[i][o]);
+#pragma GCC unroll 4
+            for (int j = 0; j < V; j++) c[i][j] = bc_fma(c[i][j], b[j], a[i] + o, xb, fold);
+        }
     }
-#pragma GCC unroll 6
-    for (int i = 0; i < CM; i++) {
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) {
         if (i >= mr) break;
         float *p = C + i * ldc;
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < V; j++) {
             __m512 v = c[i][j];
             if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m[j], p + 16 * j));
             _mm512_mask_storeu_ps(p + 16 * j, m[j], v);
@@ -259,8 +223,34 @@ T512 static void bc_f32_tile64(int64_t k, const float *A, int64_t rsa, int64_t c
     }
 }
 
-T512 void avx512_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
-                         const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {
+typedef void bc_tile_fn(int64_t k, const float *A, int64_t rsa, int64_t csa, int mr,
+                        const float *B, int64_t ldb, int nc, float *C, int64_t ldc, bool add);
+
+/* The tiles: 8 rows x 48 columns, and 6 x 64 for widths that fill it. */
+#define BC_TILE(name, R, V, fold, full)                                                        \
+    T512 static void name(int64_t k, const float *A, int64_t rsa, int64_t csa, int mr,         \
+                          const float *B, int64_t ldb, int nc, float *C, int64_t ldc,          \
+                          bool add) {                                                          \
+        bc_tile(R, V, fold, full, k, A, rsa, csa, mr, B, ldb, nc, C, ldc, add);                \
+    }
+BC_TILE(bc48, 8, 3, false, false)
+BC_TILE(bc48_full, 8, 3, false, true)
+BC_TILE(bc48_fold, 8, 3, true, false)
+BC_TILE(bc48_fold_full, 8, 3, true, true)
+BC_TILE(bc64, 6, 4, false, false)
+BC_TILE(bc64_full, 6, 4, false, true)
+BC_TILE(bc64_fold, 6, 4, true, false)
+BC_TILE(bc64_fold_full, 6, 4, true, true)
+#undef BC_TILE
+
+T512 void avx512_gemm_nn(bool fold, int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa,
+                         int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc,
+                         bool add) {
+    /* [64 wide][fold][full] */
+    static bc_tile_fn *const tiles[2][2][2] = {
+        {{bc48, bc48_full}, {bc48_fold, bc48_fold_full}},
+        {{bc64, bc64_full}, {bc64_fold, bc64_fold_full}},
+    };
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
         if (!add)
@@ -269,13 +259,54 @@ T512 void avx512_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_
     }
     /* the column tile that wastes fewer lanes: 64 wide (6 rows) or 48 (8 rows) */
     const bool w64 = (n + 63) / 64 * 64 < (n + 47) / 48 * 48;
-    const int NW = w64 ? 64 : 16 * BN, MR = w64 ? CM : BM;
+    const int NW = w64 ? 64 : 48, MR = w64 ? 6 : 8;
     for (int64_t j = 0; j < n; j += NW) {
         int nc = (int)(n - j < NW ? n - j : NW);
+        bc_tile_fn *tile = tiles[w64][fold][nc == NW];
         for (int64_t i = 0; i < m; i += MR) {
             int mr = (int)(m - i < MR ? m - i : MR);
-            if (w64) bc_f32_tile64(k, A + i * rsa, rsa, csa, mr, B + j, ldb, nc, C + i * ldc + j, ldc, add);
-            else bc_f32_tile(k, A + i * rsa, rsa, csa, mr, B + j, ldb, nc, C + i * ldc + j, ldc, add);
+            tile(k, A + i * rsa, rsa, csa, mr, B + j, ldb, nc, C + i * ldc + j, ldc, add);
+        }
+    }
+}
+
+/* mm_round_bf16, 16 at a time: the same integer rounding, so the same bits. */
+T512 void avx512_round_bf16(const float *x, int64_t n, float *dst) {
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes16(n - i);
+        __m512i u = _mm512_maskz_loadu_epi32(m, x + i);
+        __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+        u = _mm512_add_epi32(u, _mm512_add_epi32(half, odd));
+        _mm512_mask_storeu_epi32(dst + i, m, _mm512_and_si512(u, top));
+    }
+}
+
+/* BF16 rows [0, np) (np <= 48) x k [0, kc) of w (ldw elements per row)
+ * widened to f32 columns: dst[k·48 + r].  One gather takes a k pair of 16
+ * rows; BF16 is the top half of an f32, so a shift and a mask widen it. */
+T512 void avx512_pack_bf16_f32(const uint16_t *w, int64_t ldw, int64_t np, int64_t kc,
+                               float *dst) {
+    const __m512i rows = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)(ldw * 2)));
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    for (int64_t r0 = 0; r0 < np; r0 += 16) {
+        const __mmask16 m = lanes16(np - r0);
+        const uint16_t *base = w + r0 * ldw;
+        float *d = dst + r0;
+        int64_t k = 0;
+        for (; k + 2 <= kc; k += 2, d += 2 * MM_BC_NP) {
+            __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, rows, base + k, 1);
+            _mm512_storeu_si512(d, _mm512_slli_epi32(g, 16));
+            _mm512_storeu_si512(d + MM_BC_NP, _mm512_and_si512(g, hi));
+        }
+        if (k < kc) { /* odd kc: the last k alone (16-bit loads, no read past the row) */
+            for (int i = 0; i < 16; i++) {
+                uint32_t u = i < np - r0 ? (uint32_t)base[i * ldw + k] << 16 : 0;
+                memcpy(d + i, &u, 4);
+            }
         }
     }
 }
@@ -776,8 +807,11 @@ void avx512_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const fl
                     int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
 void avx512_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, const uint16_t *w,
                      int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
-void avx512_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
-                    const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {}
+void avx512_gemm_nn(bool fold, int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa,
+                    int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {}
+void avx512_pack_bf16_f32(const uint16_t *w, int64_t ldw, int64_t np, int64_t kc,
+                          float *dst) {}
+void avx512_round_bf16(const float *x, int64_t n, float *dst) {}
 void avx512_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, uint16_t *dst) {}
 void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
                    int8_t *q, float *dx, void *mb) {}

@@ -529,7 +529,7 @@ static bool mha_folds(int nq, int nk, int W, int heads) {
 
 /* mv[a][W] = pkᵀ·kv over rows [a0, a1): the softmax-weighted key sums. */
 typedef struct mv_job {
-    cpu_path path;
+    const cpu_target *cpu;  /* NULL: reference loops */
     const float *pk, *kv;
     float *mv;
     int na, nk, W;
@@ -540,7 +540,7 @@ static void mv_task(void *ctx, int ith, int nth) {
     int64_t a0, a1;
     tp_split(j->na, 1, ith, nth, &a0, &a1);
     if (a1 > a0)
-        mm_gemm_nn(j->path, a1 - a0, j->W, j->nk, j->pk + a0, 1, j->na, j->kv, j->W,
+        mm_gemm_nn(j->cpu, a1 - a0, j->W, j->nk, j->pk + a0, 1, j->na, j->kv, j->W,
                    j->mv + a0 * j->W, j->W, false);
 }
 
@@ -569,14 +569,14 @@ static void softmax_columns(float *pk, int nk, int na, float scale, float *col) 
 static void mha_folded(const head_attn *a, const float *q_in, int nq, const float *kv, int nk,
                        int W, int heads, head_work *w, float *out) {
     const int dh = W / heads, na = nq * heads;
-    const cpu_path path = exec_path(w->ex);
+    const cpu_target *cpu = w->ex->cpu;
     linear(w->ex, q_in, nq, W, a->wq, a->bq, W, w->q);
     for (int hd = 0; hd < heads; hd++) /* qk[i·H + hd] = Wk_hdᵀ q_i,hd */
-        mm_gemm_nn(path, nq, W, dh, w->q + hd * dh, W, 1, a->wk + (size_t)hd * dh * W, W,
+        mm_gemm_nn(cpu, nq, W, dh, w->q + hd * dh, W, 1, a->wk + (size_t)hd * dh * W, W,
                    w->qk + (size_t)hd * W, (int64_t)heads * W, false);
     linear(w->ex, kv, nk, W, w->qk, NULL, na, w->pk);
     softmax_columns(w->pk, nk, na, 1.0f / sqrtf((float)dh), w->col);
-    mv_job mj = {path, w->pk, kv, w->mv, na, nk, W};
+    mv_job mj = {cpu, w->pk, kv, w->mv, na, nk, W};
     if (w->ex->pool && tp_size(w->ex->pool) > 1) tp_run(w->ex->pool, mv_task, &mj);
     else mv_task(&mj, 0, 1);
     for (int i = 0; i < na; i++) {
@@ -584,7 +584,7 @@ static void mha_folded(const head_attn *a, const float *q_in, int nq, const floa
         for (int c = 0; c < W; c++) r[c] *= w->col[na + i];
     }
     for (int hd = 0; hd < heads; hd++) /* ctx_i,hd = Wv_hd mv[i·H + hd] */
-        mm_gemm_nt(path, nq, dh, W, w->mv + (size_t)hd * W, (int64_t)heads * W,
+        mm_gemm_nt(cpu, nq, dh, W, w->mv + (size_t)hd * W, (int64_t)heads * W,
                    a->wv + (size_t)hd * dh * W, W, w->ctx + hd * dh, W, false);
     for (int i = 0; i < nq; i++) add_to(w->ctx + (size_t)i * W, a->bv, (size_t)W);
     linear(w->ex, w->ctx, nq, W, a->wo, a->bo, W, out);

@@ -606,7 +606,7 @@ static void deltanet_rule_segment(const qwen35_config *c, qwen35_run *r, tp_pool
     const float *q = r->conv + sg->t0 * cd;
     const float *k = q + (int64_t)Hk * Dk, *v = q + 2 * (int64_t)Hk * Dk;
     double t0 = stage_begin(r);
-    gdn_delta_rule_ex(r->cpu->path, pool, q, k, v, cd, r->gdecay + sg->t0 * Hv, r->beta + sg->t0 * Hv,
+    gdn_delta_rule_ex(r->cpu, pool, q, k, v, cd, r->gdecay + sg->t0 * Hv, r->beta + sg->t0 * Hv,
                       r->pos + c0 + sg->t0, sg->T, Hk, Hv, Dk, Dv, r->S, r->o + sg->t0 * Hv * Dv);
     stage_end(r, t0, r->st ? &r->st->delta_s : NULL);
     if (r->st) r->st->delta_flop += 7.0 * Dk * Dv * Hv * (double)sg->T;
@@ -689,7 +689,7 @@ static void attention_chunk(const qwen35_config *c, const qwen35_layer *l, qwen3
     for (int i = 0; i < r->n_segs; i++) {
         const run_seg *sg = &r->seg[i];
         double t0 = stage_begin(r);
-        attn_causal_ex(path, pool, r->q + sg->t0 * H * D, r->k, r->v, pos + sg->t0, kv_row(r, c0, sg),
+        attn_causal_ex(r->cpu, pool, r->q + sg->t0 * H * D, r->k, r->v, pos + sg->t0, kv_row(r, c0, sg),
                        sg->T, H, Hkv, D, 1.0f / sqrtf((float)D), r->o + sg->t0 * H * D);
         stage_end(r, t0, r->st ? &r->st->attention_s : NULL);
         if (r->st)
