@@ -15,6 +15,7 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -73,6 +74,27 @@ static bool amx_request_permission(void) {
 #else
 void cpu_detect(cpu_features *f) { memset(f, 0, sizeof *f); }
 static bool amx_request_permission(void) { return false; }
+#endif
+
+#if defined(__x86_64__)
+enum { MXCSR_DAZ = 1u << 6, MXCSR_FTZ = 1u << 15 };
+unsigned long cpu_fp_flush_enter(void) {
+    unsigned int prev = _mm_getcsr();
+    _mm_setcsr(prev | MXCSR_DAZ | MXCSR_FTZ);
+    return prev;
+}
+void cpu_fp_restore(unsigned long prev) { _mm_setcsr((unsigned int)prev); }
+#elif defined(__aarch64__)
+unsigned long cpu_fp_flush_enter(void) {
+    unsigned long prev;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(prev));
+    __asm__ volatile("msr fpcr, %0" : : "r"(prev | (1ul << 24))); /* FZ */
+    return prev;
+}
+void cpu_fp_restore(unsigned long prev) { __asm__ volatile("msr fpcr, %0" : : "r"(prev)); }
+#else
+unsigned long cpu_fp_flush_enter(void) { return 0; }
+void cpu_fp_restore(unsigned long prev) { (void)prev; }
 #endif
 
 bool cpu_path_supported(const cpu_features *f, cpu_path path) {

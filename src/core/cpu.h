@@ -75,6 +75,16 @@ bool cpu_path_supported(const cpu_features *f, cpu_path path);
 clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *out,
                        clef_error *err);
 
+/* The calling thread's floating-point mode for the kernels: denormal inputs
+ * read as zero and denormal results flush to zero (x86-64: MXCSR DAZ | FTZ;
+ * aarch64: FPCR.FZ; elsewhere unchanged).  Values below 2^-126 never matter
+ * to a decision's probabilities, but on Intel cores each instruction that
+ * meets one takes a microcode assist: the delta rule of a model whose gates
+ * decay fast (e^{G_t-G_s} underflowing inside a chunk) ran 10x slower.
+ * Returns the previous mode, for cpu_fp_restore. */
+unsigned long cpu_fp_flush_enter(void);
+void cpu_fp_restore(unsigned long prev);
+
 /* "ref", "avx2", "avx512", "amx". */
 const char *cpu_path_name(cpu_path path);
 

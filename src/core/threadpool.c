@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "core/cpu.h"
 #include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -82,6 +83,7 @@ static void *tp_worker_main(void *arg) {
     tp_worker *w = arg;
     tp_pool *p = w->pool;
     uint64_t seen = 0;
+    cpu_fp_flush_enter(); /* for good: workers only run jobs */
     for (;;) {
         seen = tp_wait_job(p, seen);
         if (atomic_load(&p->stop)) return NULL;
@@ -144,8 +146,10 @@ void tp_free(tp_pool *p) {
 int tp_size(const tp_pool *p) { return p ? p->n_threads : 1; }
 
 void tp_run(tp_pool *p, tp_fn fn, void *ctx) {
+    const unsigned long fp = cpu_fp_flush_enter();
     if (!p || p->n_threads == 1) {
         fn(ctx, 0, 1);
+        cpu_fp_restore(fp);
         return;
     }
     pthread_mutex_lock(&p->run_lock);
@@ -166,6 +170,7 @@ void tp_run(tp_pool *p, tp_fn fn, void *ctx) {
         else cpu_relax();
     }
     pthread_mutex_unlock(&p->run_lock);
+    cpu_fp_restore(fp);
 }
 
 void tp_split(int64_t n, int64_t align, int ith, int nth, int64_t *begin, int64_t *end) {

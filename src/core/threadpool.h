@@ -8,6 +8,10 @@
  * The function splits the work itself (tp_split gives the usual contiguous
  * share), must not call tp_run, and must not fail: jobs only compute.
  *
+ * Jobs run with denormals flushed to zero on every thread (cpu_fp_flush_enter:
+ * workers for good, the caller's thread for the length of tp_run, its own
+ * mode restored after).
+ *
  * Several threads may call tp_run on one pool: the jobs run one after the
  * other (a mutex serialises them), so a model shared by request threads stays
  * correct without each request owning its threads.
