@@ -232,6 +232,9 @@ static void test_matmul_paths(void **state) {
          * more tokens than one accumulator block (512), tails of each */
         check_one(&pcs[p], CLEF_DTYPE_BF16, 1056, 96, 64, pool);
         check_one(&pcs[p], CLEF_DTYPE_BF16, 64, 40, 530, pool);
+        /* widened F16 panels: odd k, whole 48-row panels, many tokens */
+        check_one(&pcs[p], CLEF_DTYPE_F16, 77, 50, 8, pool);
+        check_one(&pcs[p], CLEF_DTYPE_F16, 1056, 96, 200, pool);
         check_one(&pcs[p], CLEF_DTYPE_Q8_0, 1088, 64, 33, pool);
         check_one(&pcs[p], CLEF_DTYPE_Q6_K, 512, 50, 17, pool);
         /* the K-quant planes: token pairs with a part-filled second group,

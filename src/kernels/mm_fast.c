@@ -26,7 +26,7 @@
 typedef enum mm_kind {
     MM_KIND_DOT_F32,
     MM_KIND_DOT_BF16,
-    MM_KIND_BC_BF16,    /* BF16 panels widened to f32, broadcast-form FMAs    */
+    MM_KIND_BC,         /* F16 / BF16 panels widened to f32, broadcast form   */
     MM_KIND_I8,
     MM_KIND_AMX_BF16,   /* BF16 weights packed per panel, TDPBF16PS          */
     MM_KIND_AMX_I8,     /* the I8 panels on TDPBSSD / TDPBSUD                */
@@ -71,9 +71,9 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->kind = MM_KIND_DOT_BF16;
         p->direct = true;
         p->KC = MM_KC_BF16;
-    } else if (avx512 && w->type == CLEF_DTYPE_BF16) {
-        p->kind = MM_KIND_BC_BF16;
-        p->round_bf16 = true;
+    } else if (avx512 && (w->type == CLEF_DTYPE_BF16 || w->type == CLEF_DTYPE_F16)) {
+        p->kind = MM_KIND_BC;
+        p->round_bf16 = w->type == CLEF_DTYPE_BF16; /* F16 meets f32 activations */
         p->KC = MM_KC_F32;
     } else if (tg->amx && (w->type == CLEF_DTYPE_Q4_K || w->type == CLEF_DTYPE_Q5_K ||
                            w->type == CLEF_DTYPE_Q6_K)) {
@@ -157,7 +157,7 @@ static size_t thread_bytes(const mm_plan *p) {
     case MM_KIND_AMX_BF16:
         /* the packed panel over all of k, then the f32 accumulators */
         return align_up((size_t)(p->KC / 32) * 2048) + (size_t)MM_AMX_TT * 32 * sizeof(float);
-    case MM_KIND_BC_BF16:
+    case MM_KIND_BC:
     case MM_KIND_DOT_F32: return p->direct ? 0 : align_up((size_t)(p->NP * p->KC) * sizeof(float));
     default: return 0;
     }
@@ -305,12 +305,14 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
         amx_pack_kq(w, p0, np, k0, kc, tb);
         amx_kq_panel(w->type, &j->i8, T, k0, kc, tb, np, y, out, add);
         break;
-    case MM_KIND_BC_BF16:
-        avx512_pack_bf16_f32((const uint16_t *)rows + k0, (int64_t)(w->row_bytes / 2), np, kc,
-                             (float *)tb);
-        avx512_gemm_nn(j->p.bcast_fold, T, np, kc, (const float *)act + tk.t0 * in + k0, in, 1,
-                       (const float *)tb, MM_BC_NP, y, out, add);
+    case MM_KIND_BC: {
+        const float *x = (j->p.round_bf16 ? (const float *)act : j->x) + tk.t0 * in + k0;
+        avx512_pack_f32_panel(w->type == CLEF_DTYPE_F16, (const uint16_t *)rows + k0,
+                              (int64_t)(w->row_bytes / 2), np, kc, (float *)tb);
+        avx512_gemm_nn(j->p.bcast_fold, T, np, kc, x, in, 1, (const float *)tb, MM_BC_NP, y, out,
+                       add);
         break;
+    }
     case MM_KIND_AMX_BF16: {
         /* kc is all of k (plan_make): one call per panel */
         float *acc = (float *)(tb + align_up((size_t)(kc / 32) * 2048));

@@ -21,8 +21,9 @@
  *              on Zen 5 a separate broadcast costs an FMA slot, so it is
  *              folded into each FMA; on Emerald Rapids one vbroadcastss per
  *              tile row is faster (6 x 64 alone: 165-173 against 138-152
- *              GFLOP/s per core, best of 7).  BF16 weights on targets
- *              without dpbf16 are widened into [k][48] f32 panels for it.
+ *              GFLOP/s per core, best of 7).  F16 weights, and BF16 on
+ *              targets without dpbf16, are widened into [k][48] f32 panels
+ *              for it.
  *
  * Packed I8 panel (built per call from the stored blocks, in a per-thread
  * buffer: no second copy of the model is kept).  Per group of 48 rows and
@@ -51,7 +52,7 @@ enum {
     MM_I8_RM = 4,       /* tokens per I8 micro-tile                           */
     MM_DOT_RM = 6,      /* tokens per dot-form micro-tile                     */
     MM_DOT_RN = 4,      /* rows per dot-form micro-tile                       */
-    MM_BC_NP = 48,      /* rows (columns of B) per widened BF16 panel         */
+    MM_BC_NP = 48,      /* rows (columns of B) per widened 16-bit float panel */
 };
 
 /* Activations quantized for the I8 kernels. */
@@ -92,9 +93,11 @@ void avx512_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, cons
  * fold: the broadcast as each FMA's memory operand (cpu_target.bcast_fold). */
 void avx512_gemm_nn(bool fold, int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa,
                     int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
-/* BF16 w rows [0, np) (np <= MM_BC_NP, ldw elements apart) x k [0, kc)
- * widened to the broadcast form's B: dst[k·MM_BC_NP + r] (f32, exact). */
-void avx512_pack_bf16_f32(const uint16_t *w, int64_t ldw, int64_t np, int64_t kc, float *dst);
+/* BF16 (f16: F16) w rows [0, np) (np <= MM_BC_NP, ldw elements apart) x
+ * k [0, kc) widened to the broadcast form's B: dst[k·MM_BC_NP + r] (f32,
+ * exact). */
+void avx512_pack_f32_panel(bool f16, const uint16_t *w, int64_t ldw, int64_t np, int64_t kc,
+                           float *dst);
 /* mm_round_bf16 (below), bit for bit. */
 void avx512_round_bf16(const float *x, int64_t n, float *dst);
 /* x rows [t0, t1) to BF16 (round to nearest even), dst rows of `in`. */

@@ -283,11 +283,12 @@ T512 void avx512_round_bf16(const float *x, int64_t n, float *dst) {
     }
 }
 
-/* BF16 rows [0, np) (np <= 48) x k [0, kc) of w (ldw elements per row)
- * widened to f32 columns: dst[k·48 + r].  One gather takes a k pair of 16
- * rows; BF16 is the top half of an f32, so a shift and a mask widen it. */
-T512 void avx512_pack_bf16_f32(const uint16_t *w, int64_t ldw, int64_t np, int64_t kc,
-                               float *dst) {
+/* 16-bit float rows [0, np) (np <= 48) x k [0, kc) of w (BF16 or F16, ldw
+ * elements per row) widened to f32 columns: dst[k·48 + r].  One gather takes
+ * a k pair of 16 rows: a BF16 is the top half of an f32 (a shift or a mask
+ * widens it), an F16 goes through vcvtph2ps. */
+T512 void avx512_pack_f32_panel(bool f16, const uint16_t *w, int64_t ldw, int64_t np, int64_t kc,
+                                float *dst) {
     const __m512i rows = _mm512_mullo_epi32(
         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
         _mm512_set1_epi32((int)(ldw * 2)));
@@ -299,15 +300,20 @@ T512 void avx512_pack_bf16_f32(const uint16_t *w, int64_t ldw, int64_t np, int64
         int64_t k = 0;
         for (; k + 2 <= kc; k += 2, d += 2 * MM_BC_NP) {
             __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, rows, base + k, 1);
-            _mm512_storeu_si512(d, _mm512_slli_epi32(g, 16));
-            _mm512_storeu_si512(d + MM_BC_NP, _mm512_and_si512(g, hi));
-        }
-        if (k < kc) { /* odd kc: the last k alone (16-bit loads, no read past the row) */
-            for (int i = 0; i < 16; i++) {
-                uint32_t u = i < np - r0 ? (uint32_t)base[i * ldw + k] << 16 : 0;
-                memcpy(d + i, &u, 4);
+            if (f16) {
+                _mm512_storeu_ps(d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
+                g = _mm512_srli_epi32(g, 16);
+                _mm512_storeu_ps(d + MM_BC_NP, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
+            } else {
+                _mm512_storeu_si512(d, _mm512_slli_epi32(g, 16));
+                _mm512_storeu_si512(d + MM_BC_NP, _mm512_and_si512(g, hi));
             }
         }
+        if (k < kc) /* odd kc: the last k alone (16-bit loads, no read past the row) */
+            for (int i = 0; i < 16; i++) {
+                const uint16_t h = i < np - r0 ? base[i * ldw + k] : 0;
+                d[i] = f16 ? clef_f16_to_f32(h) : clef_bf16_to_f32(h);
+            }
     }
 }
 
@@ -809,8 +815,8 @@ void avx512_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, cons
                      int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
 void avx512_gemm_nn(bool fold, int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa,
                     int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {}
-void avx512_pack_bf16_f32(const uint16_t *w, int64_t ldw, int64_t np, int64_t kc,
-                          float *dst) {}
+void avx512_pack_f32_panel(bool f16, const uint16_t *w, int64_t ldw, int64_t np, int64_t kc,
+                           float *dst) {}
 void avx512_round_bf16(const float *x, int64_t n, float *dst) {}
 void avx512_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, uint16_t *dst) {}
 void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
