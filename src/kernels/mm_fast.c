@@ -292,8 +292,7 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
         break;
     case MM_KIND_I8: {
         const mm_i8_act a = i8_from(&j->i8, j->p.i8.bk, tk.t0);
-        static int np_ = -1; if (np_ < 0) np_ = getenv("XNOPACK") != NULL;
-        if (!np_ || p0 < 96) avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
+        avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
         avx512_i8_panel(&j->p.i8, &a, T, k0, kc, tb, np, y, out, add);
         break;
     }
