@@ -200,9 +200,9 @@ static void attn_fast_task(void *ctx, int ith, int nth) {
     }
 }
 
-void attn_causal_ex(const cpu_target *cpu, tp_pool *pool, const float *q, const float *k, const float *v,
-                    const int32_t *pos, int64_t q0, int64_t Tq, int H, int Hkv, int D, float scale,
-                    float *out) {
+void attn_causal_ex(const cpu_target *cpu, tp_pool *pool, const float *q, const float *k,
+                    const float *v, const int32_t *pos, int64_t q0, int64_t Tq, int H, int Hkv,
+                    int D, float scale, float *out) {
     assert(D > 0 && D <= ATTN_MAX_HEAD_DIM && Hkv > 0 && H % Hkv == 0);
     if (cpu->path == CPU_PATH_REF || Tq <= 0) {
         attn_causal(pool, q, k, v, pos, q0, Tq, H, Hkv, D, scale, out);

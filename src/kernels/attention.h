@@ -39,8 +39,8 @@ void attn_causal(tp_pool *pool, const float *q, const float *k, const float *v,
  * attn_causal runs instead. */
 #define ATTN_QBLOCK 32
 #define ATTN_FAST_KEYS 128
-void attn_causal_ex(const cpu_target *cpu, tp_pool *pool, const float *q, const float *k, const float *v,
-                    const int32_t *pos, int64_t q0, int64_t Tq, int H, int Hkv, int D, float scale,
-                    float *out);
+void attn_causal_ex(const cpu_target *cpu, tp_pool *pool, const float *q, const float *k,
+                    const float *v, const int32_t *pos, int64_t q0, int64_t Tq, int H, int Hkv,
+                    int D, float scale, float *out);
 
 #endif

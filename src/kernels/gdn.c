@@ -274,7 +274,8 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
     /* only s ≤ t of k_t·k_s and q_t·k_s is read: strips of rows stop there */
     for (int i0 = 0; i0 < n; i0 += TRI) {
         int rows = n - i0 < TRI ? n - i0 : TRI, cols = i0 + rows;
-        mm_gemm_nn(tg, rows, cols, Dk, b->kq + (int64_t)i0 * Dk, Dk, 1, b->kt, n, b->m + i0 * n, n, false);
+        mm_gemm_nn(tg, rows, cols, Dk, b->kq + (int64_t)i0 * Dk, Dk, 1, b->kt, n, b->m + i0 * n, n,
+                   false);
         mm_gemm_nn(tg, rows, cols, Dk, b->kq + (int64_t)(n + i0) * Dk, Dk, 1, b->kt, n,
                    b->m + (n + i0) * n, n, false);
     }
@@ -308,7 +309,8 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
     /* Δ = (I + A)⁻¹ R */
     for (int i0 = 0; i0 < n; i0 += TRI) { /* (I + A)⁻¹ is lower triangular */
         int rows = n - i0 < TRI ? n - i0 : TRI;
-        mm_gemm_nn(tg, rows, Dv, i0 + rows, b->a + i0 * NC, NC, 1, b->r, Dv, b->d + (int64_t)i0 * Dv, Dv, false);
+        mm_gemm_nn(tg, rows, Dv, i0 + rows, b->a + i0 * NC, NC, 1, b->r, Dv,
+                   b->d + (int64_t)i0 * Dv, Dv, false);
     }
     /* o_t = γ_t·S0ᵀq_t + Σ_s wq[t][s] δ_s */
     for (int t = 0; t < n; t++) {
@@ -376,8 +378,9 @@ void gdn_delta_rule_ex(const cpu_target *cpu, tp_pool *pool, const float *q, con
                        float *o) {
     assert(Dk <= GDN_MAX_HEAD_DIM && Dv <= GDN_MAX_HEAD_DIM && Hk > 0 && Hv > 0);
     int nth = tp_size(pool);
-    float *scratch = cpu->path == CPU_PATH_REF ? NULL
-                                          : malloc((size_t)nth * chunk_floats(Dk, Dv) * sizeof(float));
+    float *scratch = cpu->path == CPU_PATH_REF
+                         ? NULL
+                         : malloc((size_t)nth * chunk_floats(Dk, Dv) * sizeof(float));
     if (!scratch) {
         gdn_delta_rule(pool, q, k, v, ld, g, beta, pos, T, Hk, Hv, Dk, Dv, S, o);
         return;

@@ -110,9 +110,10 @@ int mm_act_block(const cpu_target *tg, const mm_weight *w);
  *   mm_gemm_nt:  C[i][j] = (add ? C[i][j] : 0) + Σ_k A[i·lda + k] · B[j·ldb + k]
  * for i < m, j < n, k < kdim; C row-major with leading dimension ldc.  A's
  * two strides let mm_gemm_nn read Aᵀ in place (rsa = 1, csa = ld). */
-void mm_gemm_nn(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t rsa,
-                int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
-void mm_gemm_nt(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t lda,
-                const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
+void mm_gemm_nn(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const float *A,
+                int64_t rsa, int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc,
+                bool add);
+void mm_gemm_nt(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const float *A,
+                int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
 
 #endif

@@ -417,8 +417,9 @@ void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const
 
 /* ---- small dense products ---- */
 
-void mm_gemm_nn(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t rsa,
-                int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {
+void mm_gemm_nn(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const float *A,
+                int64_t rsa, int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc,
+                bool add) {
     switch (tg ? tg->path : CPU_PATH_REF) {
     case CPU_PATH_AVX512:
     case CPU_PATH_AMX:
@@ -438,8 +439,8 @@ void mm_gemm_nn(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const 
     }
 }
 
-void mm_gemm_nt(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const float *A, int64_t lda,
-                const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {
+void mm_gemm_nt(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const float *A,
+                int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {
     if (m <= 0 || n <= 0) return;
     switch (tg ? tg->path : CPU_PATH_REF) {
     case CPU_PATH_AVX512:

@@ -689,8 +689,9 @@ static void attention_chunk(const qwen35_config *c, const qwen35_layer *l, qwen3
     for (int i = 0; i < r->n_segs; i++) {
         const run_seg *sg = &r->seg[i];
         double t0 = stage_begin(r);
-        attn_causal_ex(r->cpu, pool, r->q + sg->t0 * H * D, r->k, r->v, pos + sg->t0, kv_row(r, c0, sg),
-                       sg->T, H, Hkv, D, 1.0f / sqrtf((float)D), r->o + sg->t0 * H * D);
+        attn_causal_ex(r->cpu, pool, r->q + sg->t0 * H * D, r->k, r->v, pos + sg->t0,
+                       kv_row(r, c0, sg), sg->T, H, Hkv, D, 1.0f / sqrtf((float)D),
+                       r->o + sg->t0 * H * D);
         stage_end(r, t0, r->st ? &r->st->attention_s : NULL);
         if (r->st)
             for (int64_t t = 0; t < sg->T; t++)
