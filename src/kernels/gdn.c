@@ -16,6 +16,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/simd.h"
 
 typedef struct conv_job {
     const float *hist, *w;
@@ -141,10 +142,6 @@ static inline __attribute__((always_inline)) void conv_row(const float *hist, co
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void
-conv_row_avx512(const float *hist, const float *wt, int64_t C, int first, int K, float *o, int64_t n) {
-    conv_row(hist, wt, C, first, K, o, n);
-}
 __attribute__((target("avx2,fma"))) static void
 conv_row_avx2(const float *hist, const float *wt, int64_t C, int first, int K, float *o, int64_t n) {
     conv_row(hist, wt, C, first, K, o, n);
@@ -162,8 +159,11 @@ static void conv_fast_task(void *ctx, int ith, int nth) {
         const float *h = j->hist + t * j->C + c0, *w = j->wt + c0;
         float *o = j->out + t * j->C + c0;
 #if defined(__x86_64__)
-        if (j->path == CPU_PATH_AVX2) conv_row_avx2(h, w, j->C, first, j->K, o, c1 - c0);
-        else conv_row_avx512(h, w, j->C, first, j->K, o, c1 - c0);
+        if (j->path != CPU_PATH_AVX2) { /* the avx512 family: conv and SiLU in one pass */
+            avx512_conv_silu_row(h, w, j->C, first, j->K, o, c1 - c0);
+            continue;
+        }
+        conv_row_avx2(h, w, j->C, first, j->K, o, c1 - c0);
 #else
         conv_row(h, w, j->C, first, j->K, o, c1 - c0);
 #endif

@@ -121,6 +121,11 @@ void avx512_silu_mul(float *x, const float *g, int64_t n);    /* x = silu(x)·g 
 void avx512_mul_silu(float *x, const float *g, int64_t n);    /* x = x·silu(g)   */
 void avx512_mul_sigmoid(float *x, const float *g, int64_t n); /* x = x·σ(g)      */
 void avx512_sigmoid(float *x, int64_t n);
+/* n channels of one output row of the causal conv with its SiLU, in one
+ * pass: o[i] = silu(Σ_{k ≥ first} hist[k·ld + i]·wt[k·ld + i]), the taps
+ * summed in gdn_conv1d_silu's order. */
+void avx512_conv_silu_row(const float *hist, const float *wt, int64_t ld, int first, int K,
+                          float *o, int64_t n);
 /* y = x / sqrt(mean(x²) + eps) · w per row (sum of squares in double). */
 void avx512_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps);
 /* x = x / max(‖x‖, eps) per row (double sum). */

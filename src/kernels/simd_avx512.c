@@ -716,6 +716,18 @@ T512 void avx512_mul_sigmoid(float *x, const float *g, int64_t n) {
     }
 }
 
+T512 void avx512_conv_silu_row(const float *hist, const float *wt, int64_t ld, int first, int K,
+                               float *o, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes16(n - i);
+        __m512 acc = _mm512_setzero_ps();
+        for (int k = first; k < K; k++) /* product then sum, each rounded: the reference's */
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, hist + k * ld + i),
+                                                   _mm512_maskz_loadu_ps(m, wt + k * ld + i)));
+        _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(acc, sigmoid16(acc)));
+    }
+}
+
 /* Σ x² with each square rounded to f32 (as the reference), summed in double. */
 INLINE T512 double sumsq(const float *x, int64_t n) {
     __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
@@ -831,6 +843,8 @@ void avx512_silu_mul(float *x, const float *g, int64_t n) {}
 void avx512_mul_silu(float *x, const float *g, int64_t n) {}
 void avx512_mul_sigmoid(float *x, const float *g, int64_t n) {}
 void avx512_sigmoid(float *x, int64_t n) {}
+void avx512_conv_silu_row(const float *hist, const float *wt, int64_t ld, int first, int K,
+                          float *o, int64_t n) {}
 void avx512_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps) {}
 void avx512_l2norm(float *x, int64_t n, int64_t rows, float eps) {}
 double avx512_peak(int kind, int64_t iters) { return 0; }
