@@ -2,9 +2,10 @@
  * kernels/mm_fast.c — the fast matmul paths: choosing a kernel per weight
  * type and target (a "plan"), the workspace, the threaded loop over weight
  * panels, and the portable helpers the ISA kernels use (row dequantization,
- * BF16 rounding, K-quant block scales).
+ * BF16 rounding).
  *
- * Loop (threads take panels of NP output rows from a shared counter):
+ * Loop (threads take panels of NP output rows, or with few panels a panel's
+ * block of tokens, from a shared counter):
  *   for each panel of NP rows:  for each k block of KC:
  *     make the panel's rows readable by the kernel — in place (F32, BF16 on
  *     bf16 hardware), dequantized to f32 rows, or packed into I8 groups —
@@ -474,24 +475,5 @@ void mm_round_bf16(const float *x, int64_t n, float *dst) {
         /* round to nearest even at bit 16 (NaN payloads are not produced here) */
         u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
         memcpy(&dst[i], &u, 4);
-    }
-}
-
-void mm_kquant_scales(uint32_t type, const uint8_t *b, float *s, float *m) {
-    if (type == CLEF_DTYPE_Q6_K) {
-        const int8_t *sc = (const int8_t *)(b + 192);
-        float d = clef_load_f16(b + 208);
-        for (int g = 0; g < 16; g++) {
-            s[g] = d * (float)sc[g];
-            m[g] = -32.0f * s[g];
-        }
-        return;
-    }
-    float d = clef_load_f16(b), dmin = clef_load_f16(b + 2);
-    for (int j = 0; j < 8; j++) {
-        uint8_t scv, mnv;
-        clef_k_scale_min(b + 4, j, &scv, &mnv);
-        s[j] = d * (float)scv;
-        m[j] = -dmin * (float)mnv;
     }
 }

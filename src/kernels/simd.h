@@ -218,8 +218,5 @@ void mm_dequant_rows(const mm_weight *w, int64_t r0, int64_t nr, int64_t k0, int
                      float *dst);
 /* x rounded to BF16 and back (llama.cpp's BF16 activations), n values. */
 void mm_round_bf16(const float *x, int64_t n, float *dst);
-/* The per-block s and m of one 256-element Q4_K / Q5_K (8 blocks of 32) or
- * Q6_K (16 blocks of 16) block at b. */
-void mm_kquant_scales(uint32_t type, const uint8_t *b, float *s, float *m);
 
 #endif

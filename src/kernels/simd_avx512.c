@@ -561,10 +561,69 @@ INLINE T512 void store_rows32(const __m256i r[16], int bk, uint8_t *gp, size_t b
     }
 }
 
-/* Q4_K / Q5_K / Q6_K panel, 16 rows at a time.  Per 256-element block of
- * every row the scales are decoded by mm_kquant_scales (scalar, per
- * sub-block) and the quants are read 32 at a time (kquant_x86.h), then
- * transposed like Q8_0's. */
+/* Byte j (0..3) of every lane. */
+INLINE T512 __m512i byte_of(__m512i v, int j) {
+    return _mm512_and_si512(_mm512_srli_epi32(v, 8 * j), _mm512_set1_epi32(0xff));
+}
+
+/* mm_kquant_scales for 16 rows at once (the same products, so the same
+ * bits): the super-block at base + i·row_bytes for the rows in `valid`
+ * (others 0).  s and m of sub-block j go to the group's block b0 + j:
+ * gp + (b0 + j)·bbytes + bk·IG, at row sg·16 (s, then m IG floats on). */
+INLINE T512 void kq_scales16(uint32_t type, const uint8_t *base, int64_t row_bytes,
+                             __mmask16 valid, uint8_t *gp, size_t bbytes, int bk, int64_t b0,
+                             int sg) {
+    const __m512i idx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)row_bytes));
+    const __m512i z = _mm512_setzero_si512();
+#define GATHER(off) _mm512_mask_i32gather_epi32(z, valid, idx, base + (off), 1)
+    float *sp0 = (float *)(gp + b0 * bbytes + (size_t)bk * IG) + sg * 16;
+    if (type == CLEF_DTYPE_Q6_K) { /* int8 scales[16] at 192, f16 d at 208 */
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(GATHER(208)));
+        for (int q = 0; q < 4; q++) {
+            const __m512i w = GATHER(192 + 4 * q);
+            for (int b = 0; b < 4; b++) {
+                /* the byte's sign: shift it to the top, then arithmetically down */
+                __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(w, 24 - 8 * b), 24);
+                __m512 sv = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+                float *sp = sp0 + (4 * q + b) * (int64_t)(bbytes / sizeof(float));
+                _mm512_storeu_ps(sp, sv);
+                _mm512_storeu_ps(sp + IG, _mm512_mul_ps(_mm512_set1_ps(-32.0f), sv));
+            }
+        }
+        return;
+    }
+    /* Q4_K / Q5_K: f16 d, dmin; 12 bytes of 6-bit scales and mins at 4 */
+    const __m512i dd = GATHER(0), w0 = GATHER(4), w1 = GATHER(8), w2 = GATHER(12);
+#undef GATHER
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+    const __m512 ndmin = _mm512_sub_ps(_mm512_setzero_ps(),
+                                       _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
+                                           _mm512_srli_epi32(dd, 16))));
+    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15);
+    for (int j = 0; j < 8; j++) {
+        __m512i sc, mn; /* clef_k_scale_min */
+        if (j < 4) {
+            sc = _mm512_and_si512(byte_of(w0, j), m6);
+            mn = _mm512_and_si512(byte_of(w1, j), m6);
+        } else {
+            const __m512i lo = byte_of(w2, j - 4);
+            sc = _mm512_or_si512(_mm512_and_si512(lo, m4),
+                                 _mm512_slli_epi32(_mm512_srli_epi32(byte_of(w0, j - 4), 6), 4));
+            mn = _mm512_or_si512(_mm512_srli_epi32(lo, 4),
+                                 _mm512_slli_epi32(_mm512_srli_epi32(byte_of(w1, j - 4), 6), 4));
+        }
+        float *sp = sp0 + j * (int64_t)(bbytes / sizeof(float));
+        _mm512_storeu_ps(sp, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+        _mm512_storeu_ps(sp + IG, _mm512_mul_ps(ndmin, _mm512_cvtepi32_ps(mn)));
+    }
+}
+
+/* Q4_K / Q5_K / Q6_K panel, 16 rows at a time.  Per 256-element block the
+ * 16 rows' scales are decoded together (kq_scales16: decoded row by row
+ * they took a fifth of a 128-token Q4_K product) and the quants are read 32
+ * at a time (kquant_x86.h), then transposed like Q8_0's. */
 T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                              int64_t k0, int64_t kc, uint8_t *dst) {
     const int bk = kind->bk;
@@ -583,21 +642,15 @@ T512 static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t
             }
             for (int64_t sb = 0; sb < nsb; sb++) {
                 const int64_t b0 = sb * (256 / bk); /* first weight block of this super-block */
-                /* scales: the portable decoder, on one 256-block per row */
-                for (int i = 0; i < 16; i++) {
-                    float sv[16], mv[16];
-                    if (rows[i]) {
-                        mm_kquant_scales(w->type, rows[i] + sb * tsz, sv, mv);
-                    } else {
-                        memset(sv, 0, sizeof sv);
-                        memset(mv, 0, sizeof mv);
-                    }
+                if (rows[0])
+                    kq_scales16(w->type, rows[0] + sb * tsz, (int64_t)w->row_bytes,
+                                lanes16(np - (g * IG + sg * 16)), gp, bbytes, bk, b0, sg);
+                else /* no row of this subgroup exists: zero scales */
                     for (int j = 0; j < 256 / bk; j++) {
-                        float *sp = (float *)(gp + (b0 + j) * bbytes + bk * IG);
-                        sp[sg * 16 + i] = sv[j];
-                        sp[IG + sg * 16 + i] = mv[j];
+                        float *sp = (float *)(gp + (b0 + j) * bbytes + bk * IG) + sg * 16;
+                        memset(sp, 0, 16 * sizeof *sp);
+                        memset(sp + IG, 0, 16 * sizeof *sp);
                     }
-                }
                 __m256i r[16];
                 if (w->type != CLEF_DTYPE_Q6_K) {
                     const bool five = w->type == CLEF_DTYPE_Q5_K;
