@@ -579,8 +579,9 @@ INLINE T512 void kq_scales16(uint32_t type, const uint8_t *base, int64_t row_byt
     const __m512i z = _mm512_setzero_si512();
 #define GATHER(off) _mm512_mask_i32gather_epi32(z, valid, idx, base + (off), 1)
     float *sp0 = (float *)(gp + b0 * bbytes + (size_t)bk * IG) + sg * 16;
-    if (type == CLEF_DTYPE_Q6_K) { /* int8 scales[16] at 192, f16 d at 208 */
-        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(GATHER(208)));
+    if (type == CLEF_DTYPE_Q6_K) { /* int8 scales[16] at 192, f16 d at 208 (the last 2 bytes) */
+        const __m512i d2 = _mm512_srli_epi32(GATHER(206), 16); /* no read past the block */
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d2));
         for (int q = 0; q < 4; q++) {
             const __m512i w = GATHER(192 + 4 * q);
             for (int b = 0; b < 4; b++) {
