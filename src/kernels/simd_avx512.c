@@ -33,6 +33,12 @@ INLINE T512 __mmask32 lanes32(int64_t n) {
     return n <= 0 ? 0 : n >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << n) - 1);
 }
 
+/* Gather offsets of 16 rows `bytes` apart: lane i holds i·bytes (< 2^31). */
+INLINE T512 __m512i lane_offsets(int64_t bytes) {
+    const __m512i i = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_mullo_epi32(i, _mm512_set1_epi32((int)bytes));
+}
+
 /* Four horizontal sums as one vector {Σa, Σb, Σc, Σd}. */
 INLINE T512 __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 #define HALVES(v) _mm256_add_ps(_mm512_castps512_ps256(v), \
@@ -289,9 +295,7 @@ T512 void avx512_round_bf16(const float *x, int64_t n, float *dst) {
  * widens it), an F16 goes through vcvtph2ps. */
 T512 void avx512_pack_f32_panel(bool f16, const uint16_t *w, int64_t ldw, int64_t np, int64_t kc,
                                 float *dst) {
-    const __m512i rows = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32((int)(ldw * 2)));
+    const __m512i rows = lane_offsets(ldw * 2);
     const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
     for (int64_t r0 = 0; r0 < np; r0 += 16) {
         const __mmask16 m = lanes16(np - r0);
@@ -566,16 +570,15 @@ INLINE T512 __m512i byte_of(__m512i v, int j) {
     return _mm512_and_si512(_mm512_srli_epi32(v, 8 * j), _mm512_set1_epi32(0xff));
 }
 
-/* mm_kquant_scales for 16 rows at once (the same products, so the same
- * bits): the super-block at base + i·row_bytes for the rows in `valid`
- * (others 0).  s and m of sub-block j go to the group's block b0 + j:
- * gp + (b0 + j)·bbytes + bk·IG, at row sg·16 (s, then m IG floats on). */
+/* The per-block s and m (Q4_K, Q5_K: d·sc and −dmin·mn; Q6_K: d·sc and
+ * −32·s) of 16 rows' super-blocks at once, at base + i·row_bytes for the
+ * rows in `valid` (others 0), as the portable dequantizer forms them.  s
+ * and m of sub-block j go to the group's block b0 + j: gp + (b0 + j)·bbytes
+ * + bk·IG, at row sg·16 (s, then m IG floats on). */
 INLINE T512 void kq_scales16(uint32_t type, const uint8_t *base, int64_t row_bytes,
                              __mmask16 valid, uint8_t *gp, size_t bbytes, int bk, int64_t b0,
                              int sg) {
-    const __m512i idx = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32((int)row_bytes));
+    const __m512i idx = lane_offsets(row_bytes);
     const __m512i z = _mm512_setzero_si512();
 #define GATHER(off) _mm512_mask_i32gather_epi32(z, valid, idx, base + (off), 1)
     float *sp0 = (float *)(gp + b0 * bbytes + (size_t)bk * IG) + sg * 16;
