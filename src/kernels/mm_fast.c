@@ -16,6 +16,7 @@
  * by all threads, in a first parallel pass.
  */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,10 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
     p->NP = MM_NP;
     if (tg->path == CPU_PATH_REF) return false;
     bool avx512 = tg->path == CPU_PATH_AVX512 || tg->path == CPU_PATH_AMX;
+    /* the packers that gather from 16 rows need their offsets in int32 */
+    const bool gather = w->row_bytes <= INT32_MAX / 16;
+    const bool kquant = w->type == CLEF_DTYPE_Q4_K || w->type == CLEF_DTYPE_Q5_K ||
+                        w->type == CLEF_DTYPE_Q6_K;
     if (tg->amx && w->type == CLEF_DTYPE_BF16 && w->in % 32 == 0) {
         p->kind = MM_KIND_AMX_BF16;
         p->NP = MM_NP_AMX_BF16;
@@ -72,16 +77,16 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->kind = MM_KIND_DOT_BF16;
         p->direct = true;
         p->KC = MM_KC_BF16;
-    } else if (avx512 && (w->type == CLEF_DTYPE_BF16 || w->type == CLEF_DTYPE_F16)) {
+    } else if (avx512 && gather && (w->type == CLEF_DTYPE_BF16 || w->type == CLEF_DTYPE_F16)) {
         p->kind = MM_KIND_BC;
         p->round_bf16 = w->type == CLEF_DTYPE_BF16; /* F16 meets f32 activations */
         p->KC = MM_KC_F32;
-    } else if (tg->amx && (w->type == CLEF_DTYPE_Q4_K || w->type == CLEF_DTYPE_Q5_K ||
-                           w->type == CLEF_DTYPE_Q6_K)) {
+    } else if (tg->amx && kquant) {
         p->kind = MM_KIND_AMX_KQ;
         p->NP = MM_NP_AMX_KQ;
         p->KC = MM_KC_I8;
-    } else if ((tg->amx || (avx512 && tg->vnni)) && is_i8_type(w->type)) {
+    } else if ((tg->amx || (avx512 && tg->vnni)) && is_i8_type(w->type) &&
+               (gather || !kquant)) {
         p->kind = tg->amx ? MM_KIND_AMX_I8 : MM_KIND_I8;
         p->KC = MM_KC_I8;
         p->i8.bk = w->type == CLEF_DTYPE_Q6_K ? 16 : 32;
