@@ -201,12 +201,10 @@ typedef struct chunk_buf {
     float *a;       /* [n][n]:   (I + A)⁻¹ built row by row                     */
     float *wq;      /* [n][n]:   e^{G_t−G_s}(q_t·k_s), s ≤ t                    */
     float *e;       /* [n]       scratch row of exponents                       */
-    float *kt;      /* [Dk][n]:  Kᵀ                                             */
 } chunk_buf;
 
 static size_t chunk_floats(int Dk, int Dv) {
-    return (size_t)(2 * NC) * (size_t)(Dk + Dv + NC) + 2 * (size_t)NC * (size_t)Dv + 2 * NC * NC + NC +
-           (size_t)Dk * NC;
+    return (size_t)(2 * NC) * (size_t)(Dk + Dv + NC) + 2 * (size_t)NC * (size_t)Dv + 2 * NC * NC + NC;
 }
 
 static void chunk_buf_at(float *base, int Dk, int Dv, chunk_buf *b) {
@@ -218,7 +216,6 @@ static void chunk_buf_at(float *base, int Dk, int Dv, chunk_buf *b) {
     b->a = b->d + NC * Dv;
     b->wq = b->a + NC * NC;
     b->e = b->wq + NC * NC;
-    b->kt = b->e + NC;
 }
 
 typedef struct chunk_job {
@@ -267,16 +264,14 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
         memcpy(b->kq + (int64_t)t * Dk, kt, (size_t)Dk * sizeof *kt);
         for (int i = 0; i < Dk; i++) b->kq[(int64_t)(n + t) * Dk + i] = qt[i] * scale;
     }
-    for (int i = 0; i < Dk; i++)
-        for (int t = 0; t < n; t++) b->kt[i * n + t] = b->kq[(int64_t)t * Dk + i];
     /* P = [K; Q]·S0,  M = [K; Q]·Kᵀ */
     mm_gemm_nn(tg, 2 * n, Dv, Dk, b->kq, Dk, 1, S, Dv, b->p, Dv, false);
     /* only s ≤ t of k_t·k_s and q_t·k_s is read: strips of rows stop there */
     for (int i0 = 0; i0 < n; i0 += TRI) {
         int rows = n - i0 < TRI ? n - i0 : TRI, cols = i0 + rows;
-        mm_gemm_nn(tg, rows, cols, Dk, b->kq + (int64_t)i0 * Dk, Dk, 1, b->kt, n, b->m + i0 * n, n,
+        mm_gemm_nt(tg, rows, cols, Dk, b->kq + (int64_t)i0 * Dk, Dk, b->kq, Dk, b->m + i0 * n, n,
                    false);
-        mm_gemm_nn(tg, rows, cols, Dk, b->kq + (int64_t)(n + i0) * Dk, Dk, 1, b->kt, n,
+        mm_gemm_nt(tg, rows, cols, Dk, b->kq + (int64_t)(n + i0) * Dk, Dk, b->kq, Dk,
                    b->m + (n + i0) * n, n, false);
     }
     /* R_t = β_t (v_t − γ_t·S0ᵀk_t) */
