@@ -108,6 +108,38 @@ static int item_cmp(const void *x, const void *y) {
     return a->cost < b->cost ? 1 : a->cost > b->cost ? -1 : (a->kh > b->kh) - (a->kh < b->kh);
 }
 
+/* p[0, n) *= s; returns their maximum.  Sixteen running maxima make the
+ * loop vectorise (a max is exact, so the order does not matter). */
+static inline __attribute__((always_inline)) float scale_max(float *p, int64_t n, float s) {
+    float mx[16], m = -INFINITY;
+    for (int u = 0; u < 16; u++) mx[u] = -INFINITY;
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16)
+        for (int u = 0; u < 16; u++) {
+            float v = p[c + u] * s;
+            p[c + u] = v;
+            mx[u] = v > mx[u] ? v : mx[u];
+        }
+    for (; c < n; c++) {
+        p[c] *= s;
+        m = p[c] > m ? p[c] : m;
+    }
+    for (int u = 0; u < 16; u++) m = mx[u] > m ? mx[u] : m;
+    return m;
+}
+
+/* Σ p[0, n) as sixteen running sums, then those in order: a fixed order
+ * for a given n, which the vector unit can follow. */
+static inline __attribute__((always_inline)) float sum16(const float *p, int64_t n) {
+    float acc[16] = {0}, sum = 0.0f;
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16)
+        for (int u = 0; u < 16; u++) acc[u] += p[c + u];
+    for (int u = 0; u < 16; u++) sum += acc[u];
+    for (; c < n; c++) sum += p[c];
+    return sum;
+}
+
 /* One item: rows r = i·group + hg for query token t0+i and head kh·group+hg. */
 static inline __attribute__((always_inline)) void attn_item_body(const attn_fast_job *j, const attn_item *it, float *buf) {
     const attn_job *a = &j->a;
@@ -142,11 +174,7 @@ static inline __attribute__((always_inline)) void attn_item_body(const attn_fast
                 memset(p, 0, (size_t)nb * sizeof *p);
                 continue;
             }
-            float bmax = -INFINITY;
-            for (int64_t c = 0; c < valid; c++) {
-                p[c] *= a->scale;
-                bmax = p[c] > bmax ? p[c] : bmax;
-            }
+            const float bmax = scale_max(p, valid, a->scale);
             if (bmax > m[r]) {
                 /* rescale what was accumulated under the old maximum */
                 float corr = expf(m[r] - bmax);
@@ -156,7 +184,7 @@ static inline __attribute__((always_inline)) void attn_item_body(const attn_fast
             }
             for (int64_t c = 0; c < valid; c++) p[c] -= m[r];
             op_exp_ex(j->cpu->path, p, p, valid);
-            for (int64_t c = 0; c < valid; c++) l[r] += p[c];
+            l[r] += sum16(p, valid);
             for (int64_t c = valid; c < nb; c++) p[c] = 0.0f;
         }
         mm_gemm_nn(j->cpu, rows, D, nb, P, KB, 1, Vb, D, O, D, true);
