@@ -577,8 +577,7 @@ static void mha_folded(const head_attn *a, const float *q_in, int nq, const floa
     linear(w->ex, kv, nk, W, w->qk, NULL, na, w->pk);
     softmax_columns(w->pk, nk, na, 1.0f / sqrtf((float)dh), w->col);
     mv_job mj = {cpu, w->pk, kv, w->mv, na, nk, W};
-    if (w->ex->pool && tp_size(w->ex->pool) > 1) tp_run(w->ex->pool, mv_task, &mj);
-    else mv_task(&mj, 0, 1);
+    tp_run(w->ex->pool, mv_task, &mj); /* a NULL pool runs it here */
     for (int i = 0; i < na; i++) {
         float *r = w->mv + (size_t)i * W;
         for (int c = 0; c < W; c++) r[c] *= w->col[na + i];
