@@ -4,6 +4,11 @@
 # ../shared beside the project root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ ! -d ../shared/oracle ]; then
+  echo "tools/test.sh: the tests read the oracle files at ../shared/oracle, and" \
+       "$(cd .. && pwd)/shared/oracle does not exist: clone clef beside the shared inputs" >&2
+  exit 2
+fi
 dir="${1:-build}"
 san=OFF; type=Release
 if [ "${CLEF_SANITIZE:-0}" = 1 ]; then san=ON; type=RelWithDebInfo; fi
