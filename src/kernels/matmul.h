@@ -38,11 +38,16 @@
  * about to use (48 rows x ≤ 2048 k; AMX BF16: 32 rows x all of k; AMX
  * K-quants: 64 rows x ≤ 1024 k) into a per-thread buffer in the kernel's
  * layout (kernels/simd.h).  That costs one pass over the weights per call
- * — skipping it entirely (timing only) made a 512-token forward no faster
- * on amx and 4% faster on avx512; below about 32 tokens it is most of an
- * int8 product's time, each packed block serving only that many tokens — and
- * no second copy of the model in memory.  Every output element is summed in
- * an order fixed by the shapes, so results do not depend on the thread count.
+ * and no second copy of the model in memory.  Skipping it entirely (timing
+ * only, weights never read) made a 512-token forward no faster on amx and 4%
+ * faster on avx512, and a 16-token one twice as fast; but packing at load
+ * instead (measured on avx512, not kept) gained 10% at 16 tokens and nothing
+ * from 64 on for Q8_0 (18% more bytes), and lost for the K-quants and BF16
+ * (1.8-2.2x the bytes): short products are bound by reading the weights
+ * from memory, not by the pack's work.  So on avx512 the int8 tiles prefetch,
+ * while they run, the stored rows their thread packs next (mm_prefetch).
+ * Every output element is summed in an order fixed by the shapes, so
+ * results do not depend on the thread count.
  */
 #ifndef CLEF_KERNELS_MATMUL_H
 #define CLEF_KERNELS_MATMUL_H

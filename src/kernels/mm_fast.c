@@ -13,8 +13,10 @@
  *     run every token over it (kernels/simd.h).
  * The panel (≤ 48 rows x KC) stays in L2 while all tokens pass over it, so
  * the weights come from memory once per call; each token tile's x rows stay
- * in L1 across the panel.  Activations are converted once per call, shared
- * by all threads, in a first parallel pass.
+ * in L1 across the panel.  A thread takes its next item before it runs the
+ * current one, so that the int8 tiles can prefetch the stored rows it packs
+ * next into L2 meanwhile (32-token products: 10% faster).  Activations are
+ * converted once per call, shared by all threads, in a first parallel pass.
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -285,7 +287,7 @@ static mm_i8_act i8_from(const mm_i8_act *a, int bk, int64_t t0) {
 /* Rows [p0, p0+np), k block [k0, k0+kc) times tokens tk (all of them for
  * the amx kinds: their activations are packed in whole tile groups). */
 static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t np, int64_t k0,
-                        int64_t kc, mm_tokens tk) {
+                        int64_t kc, mm_tokens tk, const mm_prefetch *next) {
     const mm_weight *w = j->w;
     const int64_t in = w->in, out = w->out, T = tk.nt;
     const uint8_t *rows = (const uint8_t *)w->data + (size_t)p0 * w->row_bytes;
@@ -300,7 +302,7 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
     case MM_KIND_I8: {
         const mm_i8_act a = i8_from(&j->i8, j->p.i8.bk, tk.t0);
         avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
-        avx512_i8_panel(&j->p.i8, &a, T, k0, kc, tb, np, y, out, add);
+        avx512_i8_panel(&j->p.i8, &a, T, k0, kc, tb, np, y, out, add, next);
         break;
     }
     case MM_KIND_AMX_I8:
@@ -353,6 +355,26 @@ static int64_t token_blocks(const mm_plan *p, int64_t panels, int64_t T, int nth
     return tb < most ? tb : most;
 }
 
+/* What the thread packs after the panel at p0 and its k block ending at
+ * k1: the same panel's next k block, or the k block at 0 of the panel at
+ * p_next (< 0: none), as stored bytes to prefetch (rows 0: nothing, or a
+ * kind whose kernel does not prefetch). */
+static mm_prefetch next_stored(const mm_fast_job *j, int64_t p0, int64_t k1, int64_t p_next) {
+    const mm_weight *w = j->w;
+    if (j->p.kind != MM_KIND_I8 || (k1 >= w->in && p_next < 0)) return (mm_prefetch){0};
+    if (k1 >= w->in) {
+        p0 = p_next;
+        k1 = 0;
+    }
+    const clef_dtype_info *info = clef_dtype_get(w->type);
+    const int64_t kc = w->in - k1 < j->p.KC ? w->in - k1 : j->p.KC;
+    const int64_t np = w->out - p0 < j->p.NP ? w->out - p0 : j->p.NP;
+    const size_t bytes = (size_t)(kc / info->block_size) * info->type_size;
+    const uint8_t *at = (const uint8_t *)w->data + (size_t)p0 * w->row_bytes +
+                        (size_t)(k1 / info->block_size) * info->type_size;
+    return (mm_prefetch){at, (int64_t)bytes, (int64_t)w->row_bytes, np};
+}
+
 /* Work items (a panel and a token block) are taken from a shared counter,
  * so a thread that runs slower (or is descheduled) simply does fewer; every
  * output is computed the same way whichever thread does it. */
@@ -361,16 +383,20 @@ static void mm_fast_task(void *ctx, int ith, int nth) {
     (void)nth;
     uint8_t *tb = j->threads + (size_t)ith * j->per_thread;
     const int64_t panels = (j->w->out + j->p.NP - 1) / j->p.NP, nb = j->token_blocks;
-    const int64_t per = (j->T + nb - 1) / nb;
-    for (int64_t it; (it = atomic_fetch_add(&j->next, 1)) < panels * nb;) {
-        const int64_t pi = it / nb, p0 = pi * j->p.NP;
+    const int64_t per = (j->T + nb - 1) / nb, items = panels * nb, in = j->w->in;
+    /* the item after this one is taken before this one runs, so its rows
+     * can be prefetched while this one's tiles run */
+    for (int64_t it = atomic_fetch_add(&j->next, 1), nx; it < items; it = nx) {
+        nx = atomic_fetch_add(&j->next, 1);
+        const int64_t p0 = it / nb * j->p.NP;
         const int64_t np = j->w->out - p0 < j->p.NP ? j->w->out - p0 : j->p.NP;
         mm_tokens tk = {.t0 = it % nb * per};
         tk.nt = j->T - tk.t0 < per ? j->T - tk.t0 : per;
         if (tk.nt <= 0) continue;
-        for (int64_t k0 = 0; k0 < j->w->in; k0 += j->p.KC) {
-            int64_t kc = j->w->in - k0 < j->p.KC ? j->w->in - k0 : j->p.KC;
-            panel_block(j, tb, p0, np, k0, kc, tk);
+        for (int64_t k0 = 0; k0 < in; k0 += j->p.KC) {
+            int64_t kc = in - k0 < j->p.KC ? in - k0 : j->p.KC;
+            const mm_prefetch pf = next_stored(j, p0, k0 + kc, nx < items ? nx / nb * j->p.NP : -1);
+            panel_block(j, tb, p0, np, k0, kc, tk, pf.rows ? &pf : NULL);
         }
     }
 }

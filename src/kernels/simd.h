@@ -108,10 +108,18 @@ void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t
 /* Pack rows [r0, r0+np) x k [k0, k0+kc) of w into ceil(np/48) groups. */
 void avx512_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                     int64_t k0, int64_t kc, uint8_t *dst);
-/* Packed panel times tokens [0, T): y[t·ldy + r] (=, +=), r in [0, np). */
+/* Stored weight bytes to bring into L2 while a panel's tiles run (the rows
+ * the thread packs next): `rows` segments of `seg` bytes, `stride` apart. */
+typedef struct mm_prefetch {
+    const uint8_t *row;
+    int64_t seg, stride, rows;
+} mm_prefetch;
+
+/* Packed panel times tokens [0, T): y[t·ldy + r] (=, +=), r in [0, np);
+ * pf (may be NULL) is prefetched a little per weight block on the way. */
 void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                      int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
-                     bool add);
+                     bool add, const mm_prefetch *pf);
 
 /* Elementwise, n values (x == y allowed).  exp: Cephes' expf polynomial on
  * a ln 2 range reduction, within 2 ulp of libm; inputs below −87.3 give 0

@@ -383,13 +383,32 @@ size_t mm_i8_group_bytes(const mm_i8_kind *kind, int64_t kc) {
     return (size_t)(kc / kind->bk) * (size_t)(kind->bk * IG + 2 * IG * (int)sizeof(float));
 }
 
+/* A prefetch cursor over mm_prefetch's segments, `per_block` lines per
+ * weight block a tile runs. */
+typedef struct pf_cursor {
+    mm_prefetch at;
+    int64_t off;
+    int per_block;
+} pf_cursor;
+
+INLINE void pf_step(pf_cursor *c) {
+    for (int i = 0; i < c->per_block && c->at.rows > 0; i++) {
+        _mm_prefetch((const char *)c->at.row + c->off, _MM_HINT_T1);
+        if ((c->off += 64) >= c->at.seg) {
+            c->off = 0;
+            c->at.row += c->at.stride;
+            c->at.rows--;
+        }
+    }
+}
+
 /* 4 tokens x 48 rows over nblk weight blocks.  Per block the integer dots
  * accumulate exactly (|Σ| < 2^21), then one scale step in f32:
  *   facc += f32(isum)·(s·dx) [+ m·(dx·Σq) for asymmetric types]. */
 INLINE T512VNNI void i8_tile(const int bk, const bool sym, int64_t nblk, const int8_t *A,
                              int64_t lda, const float *dx, int64_t ldx, const void *mb,
                              int64_t ldm, int mr, const uint8_t *B, int nc, float *C,
-                             int64_t ldc, bool add) {
+                             int64_t ldc, bool add, pf_cursor *pf) {
     __m512 f[IM][3];
     const int8_t *a[IM];
     const float *d[IM];
@@ -406,6 +425,7 @@ INLINE T512VNNI void i8_tile(const int bk, const bool sym, int64_t nblk, const i
         for (int j = 0; j < 3; j++) f[i][j] = _mm512_setzero_ps();
     }
     for (int64_t b = 0; b < nblk; b++) {
+        if (pf) pf_step(pf);
         __m512i acc[IM][3];
 #pragma GCC unroll 4
         for (int i = 0; i < IM; i++) {
@@ -460,18 +480,25 @@ INLINE T512VNNI void i8_tile(const int bk, const bool sym, int64_t nblk, const i
 }
 
 #define I8_TILE_ARGS int64_t nblk, const int8_t *A, int64_t lda, const float *dx, int64_t ldx, \
-    const void *mb, int64_t ldm, int mr, const uint8_t *B, int nc, float *C, int64_t ldc, bool add
-#define I8_TILE_PASS nblk, A, lda, dx, ldx, mb, ldm, mr, B, nc, C, ldc, add
+    const void *mb, int64_t ldm, int mr, const uint8_t *B, int nc, float *C, int64_t ldc, bool add, \
+    pf_cursor *pf
+#define I8_TILE_PASS nblk, A, lda, dx, ldx, mb, ldm, mr, B, nc, C, ldc, add, pf
 T512VNNI static void i8_tile_32s(I8_TILE_ARGS) { i8_tile(32, true, I8_TILE_PASS); }
 T512VNNI static void i8_tile_32a(I8_TILE_ARGS) { i8_tile(32, false, I8_TILE_PASS); }
 T512VNNI static void i8_tile_16s(I8_TILE_ARGS) { i8_tile(16, true, I8_TILE_PASS); }
 
 T512VNNI void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                               int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
-                              bool add) {
+                              bool add, const mm_prefetch *next) {
     void (*tile)(I8_TILE_ARGS) = kind->bk == 16 ? i8_tile_16s : kind->sym ? i8_tile_32s : i8_tile_32a;
     const int64_t nblk = kc / kind->bk, ldx = a->ld / 32, ldm = a->ld / kind->bk;
     const size_t gbytes = mm_i8_group_bytes(kind, kc);
+    pf_cursor pf = {0};
+    if (next) { /* spread the lines over every block of every tile call */
+        const int64_t lines = next->rows * ((next->seg + 63) / 64);
+        const int64_t slots = (T + IM - 1) / IM * ((np + IG - 1) / IG) * nblk;
+        pf = (pf_cursor){*next, 0, (int)((lines + slots - 1) / slots)};
+    }
     for (int64_t t = 0; t < T; t += IM) {
         int mr = (int)(T - t < IM ? T - t : IM);
         const int8_t *A = a->q + t * a->ld + k0;
@@ -480,7 +507,7 @@ T512VNNI void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_
         for (int64_t g = 0; g * IG < np; g++) {
             int nc = (int)(np - g * IG < IG ? np - g * IG : IG);
             tile(nblk, A, a->ld, dx, ldx, mb, ldm, mr, panel + g * gbytes, nc, y + t * ldy + g * IG,
-                 ldy, add);
+                 ldy, add, pf.at.rows > 0 ? &pf : NULL);
         }
     }
 }
@@ -896,7 +923,7 @@ void avx512_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int6
                     int64_t k0, int64_t kc, uint8_t *dst) {}
 void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                      int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
-                     bool add) {}
+                     bool add, const mm_prefetch *pf) {}
 void avx512_exp(const float *x, float *y, int64_t n) {}
 void avx512_silu_mul(float *x, const float *g, int64_t n) {}
 void avx512_mul_silu(float *x, const float *g, int64_t n) {}
