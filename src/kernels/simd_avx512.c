@@ -480,8 +480,8 @@ INLINE T512VNNI void i8_tile(const int bk, const bool sym, int64_t nblk, const i
 }
 
 #define I8_TILE_ARGS int64_t nblk, const int8_t *A, int64_t lda, const float *dx, int64_t ldx, \
-    const void *mb, int64_t ldm, int mr, const uint8_t *B, int nc, float *C, int64_t ldc, bool add, \
-    pf_cursor *pf
+    const void *mb, int64_t ldm, int mr, const uint8_t *B, int nc, float *C, int64_t ldc,       \
+    bool add, pf_cursor *pf
 #define I8_TILE_PASS nblk, A, lda, dx, ldx, mb, ldm, mr, B, nc, C, ldc, add, pf
 T512VNNI static void i8_tile_32s(I8_TILE_ARGS) { i8_tile(32, true, I8_TILE_PASS); }
 T512VNNI static void i8_tile_32a(I8_TILE_ARGS) { i8_tile(32, false, I8_TILE_PASS); }
