@@ -68,7 +68,8 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
     p->NP = MM_NP;
     if (tg->path == CPU_PATH_REF) return false;
     bool avx512 = tg->path == CPU_PATH_AVX512 || tg->path == CPU_PATH_AMX;
-    /* the packers that gather from 16 rows need their offsets in int32 */
+    /* the packers that gather from 16 rows (the widened panels, and the
+     * I8 groups' scales) need their offsets in int32 */
     const bool gather = w->row_bytes <= INT32_MAX / 16;
     const bool kquant = w->type == CLEF_DTYPE_Q4_K || w->type == CLEF_DTYPE_Q5_K ||
                         w->type == CLEF_DTYPE_Q6_K;
@@ -88,8 +89,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->kind = MM_KIND_AMX_KQ;
         p->NP = MM_NP_AMX_KQ;
         p->KC = MM_KC_I8;
-    } else if ((tg->amx || (avx512 && tg->vnni)) && is_i8_type(w->type) &&
-               (gather || !kquant)) {
+    } else if ((tg->amx || (avx512 && tg->vnni)) && is_i8_type(w->type) && gather) {
         p->kind = tg->amx ? MM_KIND_AMX_I8 : MM_KIND_I8;
         p->KC = MM_KC_I8;
         p->i8.bk = w->type == CLEF_DTYPE_Q6_K ? 16 : 32;
@@ -355,6 +355,12 @@ static int64_t token_blocks(const mm_plan *p, int64_t panels, int64_t T, int nth
     return tb < most ? tb : most;
 }
 
+/* The length of the piece of [0, total) that starts at `at`: step, or
+ * what is left (panel rows, k blocks, token blocks). */
+static int64_t part(int64_t total, int64_t at, int64_t step) {
+    return total - at < step ? total - at : step;
+}
+
 /* What the thread packs after the panel at p0 and its k block ending at
  * k1: the same panel's next k block, or the k block at 0 of the panel at
  * p_next (< 0: none), as stored bytes to prefetch (rows 0: nothing, or a
@@ -367,8 +373,7 @@ static mm_prefetch next_stored(const mm_fast_job *j, int64_t p0, int64_t k1, int
         k1 = 0;
     }
     const clef_dtype_info *info = clef_dtype_get(w->type);
-    const int64_t kc = w->in - k1 < j->p.KC ? w->in - k1 : j->p.KC;
-    const int64_t np = w->out - p0 < j->p.NP ? w->out - p0 : j->p.NP;
+    const int64_t kc = part(w->in, k1, j->p.KC), np = part(w->out, p0, j->p.NP);
     const size_t bytes = (size_t)(kc / info->block_size) * info->type_size;
     const uint8_t *at = (const uint8_t *)w->data + (size_t)p0 * w->row_bytes +
                         (size_t)(k1 / info->block_size) * info->type_size;
@@ -389,12 +394,12 @@ static void mm_fast_task(void *ctx, int ith, int nth) {
     for (int64_t it = atomic_fetch_add(&j->next, 1), nx; it < items; it = nx) {
         nx = atomic_fetch_add(&j->next, 1);
         const int64_t p0 = it / nb * j->p.NP;
-        const int64_t np = j->w->out - p0 < j->p.NP ? j->w->out - p0 : j->p.NP;
+        const int64_t np = part(j->w->out, p0, j->p.NP);
         mm_tokens tk = {.t0 = it % nb * per};
-        tk.nt = j->T - tk.t0 < per ? j->T - tk.t0 : per;
+        tk.nt = part(j->T, tk.t0, per);
         if (tk.nt <= 0) continue;
         for (int64_t k0 = 0; k0 < in; k0 += j->p.KC) {
-            int64_t kc = in - k0 < j->p.KC ? in - k0 : j->p.KC;
+            const int64_t kc = part(in, k0, j->p.KC);
             const mm_prefetch pf = next_stored(j, p0, k0 + kc, nx < items ? nx / nb * j->p.NP : -1);
             panel_block(j, tb, p0, np, k0, kc, tk, pf.rows ? &pf : NULL);
         }
