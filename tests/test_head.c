@@ -7,8 +7,8 @@
  * reference's, for each of the three GGUF variants, with the README's
  * tolerances.  Then files with a head tensor or key removed or mis-shaped
  * (patched copies of the oracle bytes) must be refused, naming what is wrong,
- * and head tensors stored as BF16 / F16 / Q8_0 must load to exactly the f32
- * values they encode.
+ * and head tensors stored as BF16 / F16 / Q8_0 must give exactly the logits
+ * of the f32 values they encode.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -566,8 +566,8 @@ static float *score_cases(const oracle *orc, const head_model *h, tp_pool *pool,
     return lg;
 }
 
-/* Logits of every oracle case for one in-memory file. */
-static float *score_buffer(const oracle *orc, const void *buf, size_t len) {
+/* Logits of every oracle case for one in-memory file (cpu NULL: reference). */
+static float *score_buffer(const oracle *orc, const void *buf, size_t len, const cpu_target *cpu) {
     gguf_file *f = NULL;
     clef_error err = {0};
     if (gguf_open_memory(buf, len, &f, &err) != CLEF_OK) fail_msg("%s", err.message);
@@ -575,7 +575,7 @@ static float *score_buffer(const oracle *orc, const void *buf, size_t len) {
     if (head_load(f, &h, &err) != CLEF_OK) fail_msg("%s", err.message);
     head_rows rows;
     assert_int_equal(head_rows_from_file(f, 64, &rows, &err), CLEF_OK);
-    float *lg = score_cases(orc, h, NULL, NULL, &rows);
+    float *lg = score_cases(orc, h, NULL, cpu, &rows);
     head_free(h);
     gguf_close(f);
     return lg;
@@ -612,31 +612,44 @@ static void test_pool_gives_same_logits(void **state) {
     gguf_close(f);
 }
 
+/* A head stored as BF16 (used in place), or as Q8_0 matrices (dequantized
+ * at load) and F16 (in place), gives bit for bit the logits of the same
+ * file with every head tensor replaced by its f32 decoding: on the
+ * reference dots and on this CPU's own fast path. */
 static void test_head_stored_in_other_types(void **state) {
     const oracle *orc = *state;
     const int total = total_options(orc);
     gguf_file *src = open_tiny("F32");
+    cpu_features feat;
+    cpu_detect(&feat);
+    cpu_target best;
+    clef_error err = {0};
+    assert_int_equal(cpu_choose(NULL, &feat, &best, &err), CLEF_OK);
+    const cpu_target *cpus[2] = {NULL, best.path != CPU_PATH_REF ? &best : NULL};
     uint32_t (*picks[2])(const gguf_tensor *) = {pick_bf16, pick_q8_0};
     const char *labels[2] = {"BF16", "Q8_0/F16"};
     for (int k = 0; k < 2; k++) {
         void *stored = NULL, *exact = NULL;
         size_t stored_len = 0, exact_len = 0;
         build_pair(src, picks[k], &stored, &stored_len, &exact, &exact_len);
-        float *a = score_buffer(orc, stored, stored_len);
-        float *b = score_buffer(orc, exact, exact_len);
-        /* the same f32 weights after load, so bit-identical logits */
-        assert_memory_equal(a, b, (size_t)total * sizeof *a);
-        double max_dl = 0.0;
-        for (int o = 0, i = 0; i < orc->n; i++)
-            for (int j = 0; j < orc->cases[i].no; j++, o++) {
-                const double d = fabs(a[o] - orc->cases[i].logits[j]);
-                if (d > max_dl) max_dl = d; /* not fmax: see score_all */
-            }
-        printf("[ head ] head stored %-10s       %d logits identical to its f32 decoding; "
-               "%.3e from the F32 oracle (information)\n", labels[k], total, max_dl);
-        assert_true(max_dl > 0.0); /* the tensors really were re-typed */
-        free(a);
-        free(b);
+        for (int c = 0; c < 2; c++) {
+            if (c == 1 && !cpus[1]) continue;
+            float *a = score_buffer(orc, stored, stored_len, cpus[c]);
+            float *b = score_buffer(orc, exact, exact_len, cpus[c]);
+            assert_memory_equal(a, b, (size_t)total * sizeof *a);
+            double max_dl = 0.0;
+            for (int o = 0, i = 0; i < orc->n; i++)
+                for (int j = 0; j < orc->cases[i].no; j++, o++) {
+                    const double d = fabs(a[o] - orc->cases[i].logits[j]);
+                    if (d > max_dl) max_dl = d; /* not fmax: see score_all */
+                }
+            printf("[ head ] head stored %-8s %-11s %d logits identical to its f32 decoding; "
+                   "%.3e from the F32 oracle (information)\n", labels[k],
+                   cpus[c] ? cpu_target_name(cpus[c]) : "reference", total, max_dl);
+            assert_true(max_dl > 0.0); /* the tensors really were re-typed */
+            free(a);
+            free(b);
+        }
         free(stored);
         free(exact);
     }

@@ -210,6 +210,37 @@ static void check_one(const path_case *pc, uint32_t type, int64_t in, int64_t ou
     free(row);
 }
 
+/* 16-bit float weights marked f32_act (the decision head's): on every path
+ * the product is that of the weights' f32 decoding with the same x, bit for
+ * bit (widening is exact and the lanes sum in the f32 kernel's order), and
+ * the precision is reported as f32. */
+static void check_f32_act(const path_case *pc, uint32_t type, int64_t in, int64_t out, int64_t T,
+                          tp_pool *pool) {
+    size_t rb;
+    uint8_t *wd = make_weight(type, in, out, &rb);
+    float *wf = malloc((size_t)(in * out) * sizeof *wf);
+    for (int64_t r = 0; r < out; r++)
+        assert_true(clef_dequantize_row(type, wd + (size_t)r * rb, wf + r * in, in));
+    mm_weight w16, w32;
+    assert_true(mm_weight_init(&w16, type, wd, in, out));
+    assert_true(mm_weight_init(&w32, CLEF_DTYPE_F32, wf, in, out));
+    w16.f32_act = true;
+    assert_string_equal(mm_precision(&pc->tg, &w16), "f32");
+    float *x = malloc((size_t)(T * in) * sizeof *x);
+    float *y16 = malloc((size_t)(T * out) * sizeof *y16), *y32 = malloc((size_t)(T * out) * sizeof *y32);
+    for (int64_t i = 0; i < T * in; i++) x[i] = rnd_uniform(-1, 1);
+    mm_matmul_ex(&pc->tg, pool, &w16, x, y16, T, NULL);
+    mm_matmul_ex(&pc->tg, pool, &w32, x, y32, T, NULL);
+    assert_memory_equal(y16, y32, (size_t)(T * out) * sizeof *y16);
+    printf("[simd] %-26s %-4s [%4lld -> %3lld] T=%-3lld f32 activations: the f32 decoding's bits\n",
+           pc->label, clef_dtype_get(type)->name, (long long)in, (long long)out, (long long)T);
+    free(wd);
+    free(wf);
+    free(x);
+    free(y16);
+    free(y32);
+}
+
 static void test_matmul_paths(void **state) {
     (void)state;
     path_case pcs[8];
@@ -241,6 +272,13 @@ static void test_matmul_paths(void **state) {
          * k blocks of 1024 then 512, both 16-row subgroups and a 6-row tail */
         check_one(&pcs[p], CLEF_DTYPE_Q4_K, 2560, 70, 45, pool);
         check_one(&pcs[p], CLEF_DTYPE_Q5_K, 512, 33, 600, pool);
+        /* f32_act: k tails (77, 1033), a k block boundary, 1 to 14 tokens */
+        const uint32_t w16[2] = {CLEF_DTYPE_BF16, CLEF_DTYPE_F16};
+        for (int i = 0; i < 2; i++) {
+            check_f32_act(&pcs[p], w16[i], 77, 50, 14, pool);
+            check_f32_act(&pcs[p], w16[i], 1033, 101, 4, pool);
+            check_f32_act(&pcs[p], w16[i], 64, 1024, 1, pool);
+        }
     }
     tp_free(pool);
 }

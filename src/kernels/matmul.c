@@ -33,6 +33,7 @@ bool mm_weight_init(mm_weight *w, uint32_t type, const void *data, int64_t in, i
     w->in = in;
     w->out = out;
     w->row_bytes = (size_t)rb;
+    w->f32_act = false;
     return true;
 }
 

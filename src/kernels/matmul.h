@@ -65,6 +65,9 @@ typedef struct mm_weight {
     int64_t in;          /* elements per row (ggml ne[0]), a block multiple    */
     int64_t out;         /* rows (ggml ne[1])                                  */
     size_t row_bytes;    /* bytes of one stored row                            */
+    bool f32_act;        /* BF16: multiply f32 activations as they are, not
+                            rounded to BF16 (the decision head, which the
+                            reference computes in f32); mm_weight_init: false */
 } mm_weight;
 
 /* Describe a stored [out][in] matrix.  Returns false (w untouched) when the

@@ -31,6 +31,7 @@
 typedef enum mm_kind {
     MM_KIND_DOT_F32,
     MM_KIND_DOT_BF16,
+    MM_KIND_DOT_W16,    /* f32_act BF16 / F16 rows widened in registers      */
     MM_KIND_BC,         /* F16 / BF16 panels widened to f32, broadcast form   */
     MM_KIND_I8,
     MM_KIND_AMX_BF16,   /* BF16 weights packed per panel, TDPBF16PS          */
@@ -73,17 +74,23 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
     const bool gather = w->row_bytes <= INT32_MAX / 16;
     const bool kquant = w->type == CLEF_DTYPE_Q4_K || w->type == CLEF_DTYPE_Q5_K ||
                         w->type == CLEF_DTYPE_Q6_K;
-    if (tg->amx && w->type == CLEF_DTYPE_BF16 && w->in % 32 == 0) {
+    const bool bf16_act = w->type == CLEF_DTYPE_BF16 && !w->f32_act; /* x rounded to BF16 */
+    if (tg->amx && bf16_act && w->in % 32 == 0) {
         p->kind = MM_KIND_AMX_BF16;
         p->NP = MM_NP_AMX_BF16;
         p->KC = w->in; /* the kernel blocks k itself; C stays in its scratch */
-    } else if (avx512 && tg->bf16 && w->type == CLEF_DTYPE_BF16) {
+    } else if (avx512 && w->f32_act &&
+               (w->type == CLEF_DTYPE_BF16 || w->type == CLEF_DTYPE_F16)) {
+        p->kind = MM_KIND_DOT_W16; /* no pack: the head's products have a few rows */
+        p->direct = true;
+        p->KC = MM_KC_F32;
+    } else if (avx512 && tg->bf16 && bf16_act) {
         p->kind = MM_KIND_DOT_BF16;
         p->direct = true;
         p->KC = MM_KC_BF16;
     } else if (avx512 && gather && (w->type == CLEF_DTYPE_BF16 || w->type == CLEF_DTYPE_F16)) {
         p->kind = MM_KIND_BC;
-        p->round_bf16 = w->type == CLEF_DTYPE_BF16; /* F16 meets f32 activations */
+        p->round_bf16 = bf16_act; /* F16 (and f32_act BF16) meet f32 activations */
         p->KC = MM_KC_F32;
     } else if (tg->amx && kquant) {
         p->kind = MM_KIND_AMX_KQ;
@@ -103,7 +110,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
     } else {
         p->kind = MM_KIND_DOT_F32;
         p->direct = w->type == CLEF_DTYPE_F32;
-        p->round_bf16 = w->type == CLEF_DTYPE_BF16;
+        p->round_bf16 = bf16_act;
         p->KC = MM_KC_F32;
     }
     return true;
@@ -298,6 +305,10 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
     case MM_KIND_DOT_BF16:
         avx512_dot_bf16(kc, (const uint16_t *)act + tk.t0 * in + k0, in, T,
                         (const uint16_t *)rows + k0, (int64_t)(w->row_bytes / 2), np, y, out, add);
+        break;
+    case MM_KIND_DOT_W16:
+        avx512_dot_w16(w->type == CLEF_DTYPE_F16, kc, j->x + tk.t0 * in + k0, in, T,
+                       (const uint16_t *)rows + k0, (int64_t)(w->row_bytes / 2), np, y, out, add);
         break;
     case MM_KIND_I8: {
         const mm_i8_act a = i8_from(&j->i8, j->p.i8.bk, tk.t0);

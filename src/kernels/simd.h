@@ -89,6 +89,10 @@ void avx512_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const fl
                     int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
 void avx512_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, const uint16_t *w,
                      int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
+/* The same with f32 x and w rows of BF16 (f16: F16) widened exactly in
+ * registers: the bits avx512_dot_f32 gives on w's f32 decoding. */
+void avx512_dot_w16(bool f16, int64_t kc, const float *x, int64_t ldx, int64_t T,
+                    const uint16_t *w, int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
 /* Broadcast form, general strides for A: C[i][j] (=, +=) Σ_k A[i·rsa + k·csa]·B[k·ldb + j];
  * fold: the broadcast as each FMA's memory operand (cpu_target.bcast_fold). */
 void avx512_gemm_nn(bool fold, int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa,

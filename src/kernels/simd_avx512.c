@@ -67,11 +67,32 @@ INLINE T512 void dot_store(__m512 c[RM][RN], int mr, int nr, float *C, int64_t l
     }
 }
 
-/* 6 tokens x 4 rows, f32: rows past mr / nr repeat the last valid one. */
-T512 static void dot_f32_tile(int64_t k, const float *A, int64_t lda, int mr, const float *B,
-                              int64_t ldb, int nr, float *C, int64_t ldc, bool add) {
+/* What a dot-form weight row holds: f32, or 16-bit floats widened (exactly)
+ * to f32 in registers. */
+enum { W_F32, W_BF16, W_F16 };
+
+/* 16 weights of row b from k on as f32; masked (tails): only the lanes of
+ * m, the others 0 (a masked load costs Intel an ALU uop beside the load). */
+INLINE T512 __m512 load_w(const int wt, const bool masked, const void *b, int64_t k,
+                          __mmask16 m) {
+    if (wt == W_F32)
+        return masked ? _mm512_maskz_loadu_ps(m, (const float *)b + k)
+                      : _mm512_loadu_ps((const float *)b + k);
+    const uint16_t *h16 = (const uint16_t *)b + k;
+    __m256i h = masked ? _mm256_maskz_loadu_epi16(m, h16) : _mm256_loadu_si256((const __m256i *)h16);
+    if (wt == W_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* 6 tokens x 4 rows, f32 activations: rows past mr / nr repeat the last
+ * valid one.  The lanes sum the same k whatever wt is, so a 16-bit row
+ * gives the bits its f32 decoding gives. */
+INLINE T512 void dot_tile(const int wt, int64_t k, const float *A, int64_t lda, int mr,
+                          const void *B, int64_t ldb, int nr, float *C, int64_t ldc, bool add) {
+    const size_t es = wt == W_F32 ? 4 : 2;
     __m512 c[RM][RN];
-    const float *a[RM], *b[RN];
+    const float *a[RM];
+    const void *b[RN];
 #pragma GCC unroll 6
     for (int i = 0; i < RM; i++) {
         a[i] = A + (i < mr ? i : mr - 1) * lda;
@@ -79,12 +100,12 @@ T512 static void dot_f32_tile(int64_t k, const float *A, int64_t lda, int mr, co
         for (int j = 0; j < RN; j++) c[i][j] = _mm512_setzero_ps();
     }
 #pragma GCC unroll 4
-    for (int j = 0; j < RN; j++) b[j] = B + (j < nr ? j : nr - 1) * ldb;
+    for (int j = 0; j < RN; j++) b[j] = (const char *)B + (size_t)((j < nr ? j : nr - 1) * ldb) * es;
     int64_t kk = 0;
     for (; kk + 16 <= k; kk += 16) {
         __m512 w[RN];
 #pragma GCC unroll 4
-        for (int j = 0; j < RN; j++) w[j] = _mm512_loadu_ps(b[j] + kk);
+        for (int j = 0; j < RN; j++) w[j] = load_w(wt, false, b[j], kk, 0);
 #pragma GCC unroll 6
         for (int i = 0; i < RM; i++) {
             __m512 x = _mm512_loadu_ps(a[i] + kk);
@@ -96,7 +117,7 @@ T512 static void dot_f32_tile(int64_t k, const float *A, int64_t lda, int mr, co
         const __mmask16 m = lanes16(k - kk);
         __m512 w[RN];
 #pragma GCC unroll 4
-        for (int j = 0; j < RN; j++) w[j] = _mm512_maskz_loadu_ps(m, b[j] + kk);
+        for (int j = 0; j < RN; j++) w[j] = load_w(wt, true, b[j], kk, m);
 #pragma GCC unroll 6
         for (int i = 0; i < RM; i++) {
             __m512 x = _mm512_maskz_loadu_ps(m, a[i] + kk);
@@ -152,15 +173,30 @@ T512BF static void dot_bf16_tile(int64_t k, const uint16_t *A, int64_t lda, int 
 
 /* Tiles over the panel: token tiles outer, so one tile's x rows (6 x kc)
  * stay in L1 while the panel's rows stream from L2. */
-T512 void avx512_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
-                         int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
+INLINE T512 void dot_panel(const int wt, int64_t kc, const float *x, int64_t ldx, int64_t T,
+                           const void *w, int64_t ldw, int64_t np, float *y, int64_t ldy,
+                           bool add) {
+    const size_t es = wt == W_F32 ? 4 : 2;
     for (int64_t t = 0; t < T; t += RM) {
         int mr = (int)(T - t < RM ? T - t : RM);
         for (int64_t r = 0; r < np; r += RN) {
             int nr = (int)(np - r < RN ? np - r : RN);
-            dot_f32_tile(kc, x + t * ldx, ldx, mr, w + r * ldw, ldw, nr, y + t * ldy + r, ldy, add);
+            dot_tile(wt, kc, x + t * ldx, ldx, mr, (const char *)w + (size_t)(r * ldw) * es, ldw,
+                     nr, y + t * ldy + r, ldy, add);
         }
     }
+}
+
+T512 void avx512_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
+                         int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
+    dot_panel(W_F32, kc, x, ldx, T, w, ldw, np, y, ldy, add);
+}
+
+T512 void avx512_dot_w16(bool f16, int64_t kc, const float *x, int64_t ldx, int64_t T,
+                         const uint16_t *w, int64_t ldw, int64_t np, float *y, int64_t ldy,
+                         bool add) {
+    if (f16) dot_panel(W_F16, kc, x, ldx, T, w, ldw, np, y, ldy, add);
+    else dot_panel(W_BF16, kc, x, ldx, T, w, ldw, np, y, ldy, add);
 }
 
 T512BF void avx512_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T,
@@ -909,6 +945,8 @@ size_t mm_i8_group_bytes(const mm_i8_kind *kind, int64_t kc) {
 }
 void avx512_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                     int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
+void avx512_dot_w16(bool f16, int64_t kc, const float *x, int64_t ldx, int64_t T,
+                    const uint16_t *w, int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
 void avx512_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, const uint16_t *w,
                      int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
 void avx512_gemm_nn(bool fold, int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa,

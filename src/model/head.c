@@ -1,12 +1,15 @@
 /*
  * model/head.c — loading and running the Clef joint schema head.
  *
- * The head is small next to the backbone (Clef-Flash: 243.5 MB), so every
- * head tensor is dequantized to f32 once at load, whatever type the file
- * stores (F32, BF16, F16, Q8_0, ...), and the math below runs on plain f32
- * arrays with its own small helpers.  Only the LM head rows stay in the
- * file's type: they are a vocabulary-sized matrix, read one row per option
- * token (head_rows).
+ * The math runs in f32, as the reference does.  Matrices the file stores as
+ * F32, BF16 or F16 (published files keep the head in BF16 or F32) are used in
+ * place, through the kernels' f32-activation products (mm_weight.f32_act):
+ * widening a 16-bit float is exact, so the products are the f32 copy's, bit
+ * for bit, without the copy (392 MB on the 0.8B-shaped bench model) and
+ * with half the bytes read per request.  Any other
+ * type is dequantized to an f32 copy at load, as are the vectors (norms,
+ * biases, type embeddings).  The LM head rows stay in the file's type too:
+ * a vocabulary-sized matrix, read one row per option token (head_rows).
  *
  * Math follows the reference JointSchemaHead (spec clef-model.md §3); the
  * GGUF names and ggml shapes follow llama.cpp's `clef` arch (§4).  Linear
@@ -30,9 +33,20 @@ typedef struct head_norm {
     float *w, *b;
 } head_norm;
 
-/* Multi-head attention: q/k/v/o weights [W][W], biases [W]. */
+/* A linear weight [out][in]: a view of the file's bytes (F32, BF16, F16),
+ * or of `own`, its f32 copy (any other type). */
+typedef struct head_mat {
+    mm_weight w;
+    void *own;
+} head_mat;
+
+/* Multi-head attention: q/k/v/o weights [W][W], biases [W].  k_heads, for
+ * cross-attention only (the folded form, mha_folds): Wk transposed per head,
+ * [H][W][dh] as a [H·W][dh] matrix in wk's type: the folded form multiplies
+ * by Wk_hdᵀ, and the kernels read a weight's rows contiguously. */
 typedef struct head_attn {
-    float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
+    head_mat wq, wk, wv, wo, k_heads;
+    float *bq, *bk, *bv, *bo;
 } head_attn;
 
 /* A routing block (i < R) or a decoder layer (i >= R). */
@@ -43,27 +57,27 @@ typedef struct head_layer {
     head_norm cross_norm_kv;  /* routing: memory_norm                        */
     head_attn cross_attn;     /* queries -> memory                           */
     head_norm ffn_norm;
-    float *ffn_up;            /* [F][W] */
+    head_mat ffn_up;          /* [F][W] */
     float *ffn_up_b;          /* [F]    */
-    float *ffn_down;          /* [W][F] */
+    head_mat ffn_down;        /* [W][F] */
     float *ffn_down_b;        /* [W]    */
 } head_layer;
 
 struct head_model {
     head_hparams hp;
     head_norm hidden_norm;                 /* [E] */
-    float *proj_memory;                    /* [W][E] */
-    float *proj_question;                  /* [W][E] */
-    float *proj_option_question;           /* [W][E] */
-    float *proj_global;                    /* [W][E] */
-    float *proj_option_context;            /* [W][E] */
-    float *proj_option_lexical;            /* [W][E] */
+    head_mat proj_memory;                  /* [W][E] */
+    head_mat proj_question;                /* [W][E] */
+    head_mat proj_option_question;         /* [W][E] */
+    head_mat proj_global;                  /* [W][E] */
+    head_mat proj_option_context;          /* [W][E] */
+    head_mat proj_option_lexical;          /* [W][E] */
     float *type_embd;                      /* [3][W] */
     head_layer *layers;                    /* R + L  */
     head_norm option_summary_norm;         /* [W] */
     head_norm field_norm;                  /* [W] */
     head_norm option_norm;                 /* [W] */
-    float *scorer;                         /* [W][4W] */
+    head_mat scorer;                       /* [W][4W] */
     float *scorer_b;                       /* [W] */
     float *scorer_out;                     /* [W] (ggml [W] or [W,1]) */
     float *scorer_out_b;                   /* [1] */
@@ -73,10 +87,10 @@ struct head_model {
 /* ------------------------------------------------------------------------ */
 /* loading                                                                   */
 
-/* Find `name`, check its shape against ne[0..nd) (padded with 1s) and
- * dequantize it into a fresh f32 array (*dst, caller frees). */
-static clef_status load_tensor(const gguf_file *f, const char *name, int nd, const int64_t *ne,
-                               float **dst, clef_error *err) {
+/* Find `name` and check its shape against ne[0..nd) (padded with 1s), its
+ * type and its size: *out on success. */
+static clef_status find_checked(const gguf_file *f, const char *name, int nd, const int64_t *ne,
+                                const gguf_tensor **out, clef_error *err) {
     const gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t) return clef_err_set(err, CLEF_ERR_FORMAT, "decision head: tensor '%s' missing", name);
     bool ok = true;
@@ -109,21 +123,55 @@ static clef_status load_tensor(const gguf_file *f, const char *name, int nd, con
                             "decision head: tensor '%s' holds %llu bytes, its shape needs %llu",
                             name, (unsigned long long)t->nbytes,
                             (unsigned long long)(row_bytes * (uint64_t)rows));
-    float *out = malloc((size_t)(t->ne[0] * rows) * sizeof *out);
+    *out = t;
+    return CLEF_OK;
+}
+
+/* A checked tensor t dequantized into a fresh f32 array (*dst, caller frees). */
+static clef_status copy_f32(const gguf_tensor *t, const char *name, float **dst,
+                            clef_error *err) {
+    const int64_t n = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+    uint64_t row_bytes = 0;
+    clef_dtype_row_bytes(t->type, (uint64_t)n, &row_bytes); /* find_checked: it exists */
+    float *out = malloc((size_t)(n * rows) * sizeof *out);
     if (!out)
         return clef_err_set(err, CLEF_ERR_NOMEM, "decision head: no memory for tensor '%s'", name);
     const uint8_t *src = t->data;
     for (int64_t r = 0; r < rows; r++) {
-        if (!clef_dequantize_row(t->type, src + (uint64_t)r * row_bytes, out + r * t->ne[0],
-                                 t->ne[0])) {
+        if (!clef_dequantize_row(t->type, src + (uint64_t)r * row_bytes, out + r * n, n)) {
             free(out);
             return clef_err_set(err, CLEF_ERR_UNSUPPORTED,
                                 "decision head: tensor '%s': cannot dequantize type %s", name,
-                                info->name);
+                                clef_dtype_get(t->type)->name);
         }
     }
     *dst = out;
     return CLEF_OK;
+}
+
+/* `name` of shape ne[0..nd) as a fresh f32 array (*dst, caller frees). */
+static clef_status load_tensor(const gguf_file *f, const char *name, int nd, const int64_t *ne,
+                               float **dst, clef_error *err) {
+    const gguf_tensor *t = NULL;
+    clef_status st = find_checked(f, name, nd, ne, &t, err);
+    return st ? st : copy_f32(t, name, dst, err);
+}
+
+/* Whether the kernels multiply f32 activations by t's bytes in place: an
+ * unquantized float type, its elements aligned (a file may set
+ * general.alignment below 4). */
+static bool usable_in_place(const gguf_tensor *t) {
+    const size_t es = t->type == CLEF_DTYPE_F32 ? 4 : 2;
+    const bool fp = t->type == CLEF_DTYPE_F32 || t->type == CLEF_DTYPE_BF16 ||
+                    t->type == CLEF_DTYPE_F16;
+    return fp && (uintptr_t)t->data % es == 0;
+}
+
+/* m = the stored [out][in] matrix at data, f32 activations. */
+static bool mat_view(head_mat *m, uint32_t type, const void *data, int64_t in, int64_t out) {
+    if (!mm_weight_init(&m->w, type, data, in, out)) return false;
+    m->w.f32_act = true;
+    return true;
 }
 
 static clef_status load_vec(const gguf_file *f, const char *name, int64_t n, float **dst,
@@ -131,10 +179,45 @@ static clef_status load_vec(const gguf_file *f, const char *name, int64_t n, flo
     return load_tensor(f, name, 1, (int64_t[]){n}, dst, err);
 }
 
-/* A linear weight of ggml ne [in, out]. */
+/* A linear weight of ggml ne [in, out]: in place, or as an f32 copy. */
 static clef_status load_mat(const gguf_file *f, const char *name, int64_t in, int64_t out,
-                            float **dst, clef_error *err) {
-    return load_tensor(f, name, 2, (int64_t[]){in, out}, dst, err);
+                            head_mat *m, clef_error *err) {
+    const gguf_tensor *t = NULL;
+    clef_status st = find_checked(f, name, 2, (int64_t[]){in, out}, &t, err);
+    if (st) return st;
+    const void *data = t->data;
+    uint32_t type = t->type;
+    if (!usable_in_place(t)) {
+        float *copy = NULL;
+        if ((st = copy_f32(t, name, &copy, err))) return st;
+        m->own = copy;
+        data = copy;
+        type = CLEF_DTYPE_F32;
+    }
+    if (!mat_view(m, type, data, in, out))
+        return clef_err_set(err, CLEF_ERR_UNSUPPORTED, "decision head: tensor '%s' (%s, rows of "
+                            "%lld) is not a matrix the kernels multiply", name,
+                            clef_dtype_get(type)->name, (long long)in);
+    return CLEF_OK;
+}
+
+/* a->k_heads from a->wk ([W][W]): k_heads[hd][c][d] = Wk[hd·dh + d][c]. */
+static clef_status make_k_heads(head_attn *a, int64_t W, int64_t heads, clef_error *err) {
+    const mm_weight *wk = &a->wk.w;
+    const size_t es = wk->row_bytes / (size_t)W; /* 4 or 2: an unquantized type */
+    const int64_t dh = W / heads;
+    uint8_t *dst = malloc((size_t)(W * W) * es);
+    if (!dst) return clef_err_set(err, CLEF_ERR_NOMEM, "decision head: no memory");
+    const uint8_t *src = wk->data;
+    for (int64_t hd = 0; hd < heads; hd++)
+        for (int64_t c = 0; c < W; c++)
+            for (int64_t d = 0; d < dh; d++)
+                memcpy(dst + ((hd * W + c) * dh + d) * es, src + ((hd * dh + d) * W + c) * es, es);
+    a->k_heads.own = dst;
+    if (!mat_view(&a->k_heads, wk->type, dst, dh, heads * W))
+        return clef_err_set(err, CLEF_ERR_UNSUPPORTED, "decision head: head width %lld is not "
+                            "one the kernels multiply", (long long)dh);
+    return CLEF_OK;
 }
 
 /* `<base>.weight` and `<base>.bias`, [n] each. */
@@ -152,7 +235,7 @@ static clef_status load_norm(const gguf_file *f, const char *base, int64_t n, he
 static clef_status load_attn(const gguf_file *f, int il, const char *prefix, int64_t W,
                              head_attn *a, clef_error *err) {
     static const char *const parts[4] = {"q", "k", "v", "o"};
-    float **ws[4] = {&a->wq, &a->wk, &a->wv, &a->wo};
+    head_mat *ws[4] = {&a->wq, &a->wk, &a->wv, &a->wo};
     float **bs[4] = {&a->bq, &a->bk, &a->bv, &a->bo};
     char name[128];
     for (int i = 0; i < 4; i++) {
@@ -181,7 +264,9 @@ static clef_status load_layer(const gguf_file *f, const head_hparams *hp, int il
     }
     snprintf(base, sizeof base, "dec.blk.%d.cross_attn_norm", il);
     if ((st = load_norm(f, base, W, &l->cross_norm, err))) return st;
-    if ((st = load_attn(f, il, "cross_attn", W, &l->cross_attn, err))) return st;
+    if ((st = load_attn(f, il, "cross_attn", W, &l->cross_attn, err)) ||
+        (st = make_k_heads(&l->cross_attn, W, hp->n_head, err)))
+        return st;
     snprintf(base, sizeof base, "dec.blk.%d.ffn_norm", il);
     if ((st = load_norm(f, base, W, &l->ffn_norm, err))) return st;
     snprintf(name, sizeof name, "dec.blk.%d.ffn_up.weight", il);
@@ -259,7 +344,7 @@ static clef_status load_all(const gguf_file *f, head_model *h, clef_error *err) 
     const int64_t E = hp->n_embd, W = hp->width;
     clef_status st;
     if ((st = load_norm(f, "decision.hidden_norm", E, &h->hidden_norm, err))) return st;
-    struct { const char *name; float **dst; } projs[] = {
+    struct { const char *name; head_mat *dst; } projs[] = {
         {"decision.proj_memory.weight", &h->proj_memory},
         {"decision.proj_question.weight", &h->proj_question},
         {"decision.proj_option_question.weight", &h->proj_option_question},
@@ -269,7 +354,8 @@ static clef_status load_all(const gguf_file *f, head_model *h, clef_error *err) 
     };
     for (size_t i = 0; i < sizeof projs / sizeof projs[0]; i++)
         if ((st = load_mat(f, projs[i].name, E, W, projs[i].dst, err))) return st;
-    if ((st = load_mat(f, "token_types.weight", W, 3, &h->type_embd, err))) return st;
+    if ((st = load_tensor(f, "token_types.weight", 2, (int64_t[]){W, 3}, &h->type_embd, err)))
+        return st;
     for (int il = 0; il < hp->n_routing + hp->n_decoder; il++)
         if ((st = load_layer(f, hp, il, &h->layers[il], err))) return st;
     if ((st = load_norm(f, "decision.option_summary_norm", W, &h->option_summary_norm, err)) ||
@@ -277,7 +363,7 @@ static clef_status load_all(const gguf_file *f, head_model *h, clef_error *err) 
         (st = load_norm(f, "decision.option_norm", W, &h->option_norm, err)) ||
         (st = load_mat(f, "decision.scorer.weight", 4 * W, W, &h->scorer, err)) ||
         (st = load_vec(f, "decision.scorer.bias", W, &h->scorer_b, err)) ||
-        (st = load_mat(f, "decision.scorer_out.weight", W, 1, &h->scorer_out, err)) ||
+        (st = load_vec(f, "decision.scorer_out.weight", W, &h->scorer_out, err)) ||
         (st = load_vec(f, "decision.scorer_out.bias", 1, &h->scorer_out_b, err)))
         return st;
     float *scales = NULL;
@@ -311,19 +397,18 @@ static void free_norm(head_norm *n) {
 }
 
 static void free_attn(head_attn *a) {
-    float *ps[] = {a->wq, a->bq, a->wk, a->bk, a->wv, a->bv, a->wo, a->bo};
+    head_mat *ms[] = {&a->wq, &a->wk, &a->wv, &a->wo, &a->k_heads};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) free(ms[i]->own);
+    float *ps[] = {a->bq, a->bk, a->bv, a->bo};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
 }
 
 void head_free(head_model *h) {
     if (!h) return;
     free_norm(&h->hidden_norm);
-    free(h->proj_memory);
-    free(h->proj_question);
-    free(h->proj_option_question);
-    free(h->proj_global);
-    free(h->proj_option_context);
-    free(h->proj_option_lexical);
+    head_mat *projs[] = {&h->proj_memory, &h->proj_question, &h->proj_option_question,
+                         &h->proj_global, &h->proj_option_context, &h->proj_option_lexical};
+    for (size_t i = 0; i < sizeof projs / sizeof projs[0]; i++) free(projs[i]->own);
     free(h->type_embd);
     if (h->layers) {
         for (int il = 0; il < h->hp.n_routing + h->hp.n_decoder; il++) {
@@ -334,9 +419,9 @@ void head_free(head_model *h) {
             free_norm(&l->cross_norm_kv);
             free_attn(&l->cross_attn);
             free_norm(&l->ffn_norm);
-            free(l->ffn_up);
+            free(l->ffn_up.own);
             free(l->ffn_up_b);
-            free(l->ffn_down);
+            free(l->ffn_down.own);
             free(l->ffn_down_b);
         }
         free(h->layers);
@@ -344,7 +429,7 @@ void head_free(head_model *h) {
     free_norm(&h->option_summary_norm);
     free_norm(&h->field_norm);
     free_norm(&h->option_norm);
-    free(h->scorer);
+    free(h->scorer.own);
     free(h->scorer_b);
     free(h->scorer_out);
     free(h->scorer_out_b);
@@ -402,77 +487,64 @@ clef_status head_rows_get(const head_rows *r, int64_t row, float *dst, clef_erro
 /* ------------------------------------------------------------------------ */
 /* f32 building blocks                                                       */
 
-/* Dot product with 8 interleaved partial sums, so the compiler vectorizes it. */
-static float dot(const float *a, const float *b, int n) {
-    float s[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) s[k] += a[i + k] * b[i + k];
-    float tail = 0.0f;
-    for (; i < n; i++) tail += a[i] * b[i];
-    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
-}
-
-/* One product y[n][out] = x[n][in] · w[out][in]ᵀ (+ b[out] when b). */
-typedef struct linear_job {
-    const float *x, *w, *b;
-    float *y;
-    int n, in, out;
-} linear_job;
-
-/* Outputs [o0, o1) of a job.  Tokens go in blocks so that each weight row
- * is reused from cache across the block. */
-static void linear_part(const linear_job *j, int o0, int o1) {
-    enum { BLOCK = 16 };
-    for (int t0 = 0; t0 < j->n; t0 += BLOCK) {
-        int t1 = t0 + BLOCK < j->n ? t0 + BLOCK : j->n;
-        for (int o = o0; o < o1; o++) {
-            const float *wr = j->w + (size_t)o * j->in;
-            const float bo = j->b ? j->b[o] : 0.0f;
-            for (int t = t0; t < t1; t++)
-                j->y[(size_t)t * j->out + o] = dot(j->x + (size_t)t * j->in, wr, j->in) + bo;
-        }
-    }
-}
-
-static void linear_task(void *ctx, int ith, int nth) {
-    const linear_job *j = ctx;
-    int64_t o0, o1;
-    tp_split(j->out, 1, ith, nth, &o0, &o1);
-    linear_part(j, (int)o0, (int)o1);
-}
-
-/* Where the head's products run: the model's kernels, or (cpu NULL or the
- * ref path) the dot above. */
+/* Where the head's products run: the model's kernels (the reference path's
+ * too when cpu is the ref target). */
 typedef struct head_exec {
     tp_pool *pool;            /* may be NULL                               */
-    const cpu_target *cpu;    /* may be NULL: reference dots               */
-    mm_workspace ws;          /* the fast kernels' scratch, freed by score */
+    const cpu_target *cpu;
+    mm_workspace ws;          /* the kernels' scratch, freed by score      */
+    mm_workspace *ws_thread;  /* one per pool thread, for per_head         */
+    int n_threads;
 } head_exec;
 
-/* The kernels' path for the head's products (no cpu: the reference). */
-static cpu_path exec_path(const head_exec *ex) { return ex->cpu ? ex->cpu->path : CPU_PATH_REF; }
-
-/* y[n][out] = x[n][in] · w[out][in]ᵀ (+ b).  On a fast path this is the
- * backbone's f32 matmul (f32 weights, f32 FMA), which is ~10x the plain
- * dot; on the reference path output features are shared out over the pool
- * when the product is big enough to pay for the hand-off.  Either way every
+/* y[n][w->out] = x[n][w->in] · wᵀ (+ b[out] when b), f32 activations.  Every
  * output is summed in an order fixed by the shapes, so the result does not
  * depend on the thread count. */
-static void linear(head_exec *ex, const float *x, int n, int in, const float *w, const float *b,
-                   int out, float *y) {
-    mm_weight mw;
-    if (exec_path(ex) != CPU_PATH_REF && mm_weight_init(&mw, CLEF_DTYPE_F32, w, in, out)) {
-        mm_matmul_ex(ex->cpu, ex->pool, &mw, x, y, n, &ex->ws);
-        for (size_t t = 0; b && t < (size_t)n; t++)
-            for (int o = 0; o < out; o++) y[t * (size_t)out + o] += b[o];
-        return;
+static void linear(head_exec *ex, const float *x, int n, const mm_weight *w, const float *b,
+                   float *y) {
+    mm_matmul_ex(ex->cpu, ex->pool, w, x, y, n, &ex->ws);
+    for (size_t t = 0; b && t < (size_t)n; t++)
+        for (int64_t o = 0; o < w->out; o++) y[t * (size_t)w->out + o] += b[o];
+}
+
+/* A product with a scratch matrix m[out][in] (f32) as its weights. */
+static void linear_f32(head_exec *ex, const float *x, int n, const float *m, int in, int out,
+                       float *y) {
+    mm_weight w;
+    mm_weight_init(&w, CLEF_DTYPE_F32, m, in, out); /* an f32 [out][in] always describes */
+    linear(ex, x, n, &w, NULL, y);
+}
+
+/* Per head hd < heads, one product on one thread: y_hd[n][rows] = x_hd[n][in]
+ * · (rows [hd·rows, +rows) of w)ᵀ, x_hd = x + hd·n·in, y_hd = y + hd·n·rows.
+ * Heads, not rows, are shared out over the pool: each head's product is
+ * too small to split. */
+typedef struct per_head_job {
+    head_exec *ex;
+    const mm_weight *w;
+    const float *x;
+    float *y;
+    int n, rows, heads;
+} per_head_job;
+
+static void per_head_task(void *ctx, int ith, int nth) {
+    const per_head_job *j = ctx;
+    int64_t h0, h1;
+    tp_split(j->heads, 1, ith, nth, &h0, &h1);
+    const int64_t in = j->w->in;
+    for (int64_t hd = h0; hd < h1; hd++) {
+        mm_weight v = *j->w; /* rows [hd·rows, +rows): a view of the same bytes */
+        v.data = (const uint8_t *)v.data + (size_t)(hd * j->rows) * v.row_bytes;
+        v.out = j->rows;
+        mm_matmul_ex(j->ex->cpu, NULL, &v, j->x + hd * j->n * in, j->y + hd * j->n * j->rows,
+                     j->n, &j->ex->ws_thread[ith]);
     }
-    linear_job j = {.x = x, .w = w, .b = b, .y = y, .n = n, .in = in, .out = out};
-    if (ex->pool && tp_size(ex->pool) > 1 && (double)n * in * out >= (double)(1 << 16))
-        tp_run(ex->pool, linear_task, &j);
-    else
-        linear_part(&j, 0, out);
+}
+
+static void per_head(head_exec *ex, const mm_weight *w, int rows, int heads, const float *x, int n,
+                     float *y) {
+    per_head_job j = {ex, w, x, y, n, rows, heads};
+    tp_run(ex->pool, per_head_task, &j);
 }
 
 /* LayerNorm with bias over rows of n; statistics in double. y may equal x. */
@@ -508,7 +580,8 @@ typedef struct head_work {
     float *norm;    /* [n_query_max][W] */
     float *ff;      /* [n_query_max][F] */
     float *tmp;     /* [n_query_max][W] */
-    /* the folded cross-attention (mha_folds), a = query·heads + head:     */
+    /* the folded cross-attention (mha_folds), a = head·queries + query:   */
+    float *heads;   /* [H][n_query_max][dh] q, then the context, by head */
     float *qk;      /* [a][W]  per head, Wkᵀ q                           */
     float *pk;      /* [n_kv_max][a] scores, then softmax numerators     */
     float *mv;      /* [a][W]  Σ_j p_j m_j                               */
@@ -565,48 +638,60 @@ static void softmax_columns(float *pk, int nk, int na, float scale, float *col) 
     for (int a = 0; a < na; a++) inv[a] = 1.0f / inv[a];
 }
 
+/* x[n][W] <-> hx[H][n][dh]: the heads' columns as contiguous rows. */
+static void split_heads(const float *x, int n, int W, int heads, float *hx) {
+    const int dh = W / heads;
+    for (int hd = 0; hd < heads; hd++)
+        for (int i = 0; i < n; i++)
+            memcpy(hx + ((size_t)hd * n + i) * dh, x + (size_t)i * W + hd * dh, dh * sizeof *x);
+}
+
+static void merge_heads(const float *hx, int n, int W, int heads, float *x) {
+    const int dh = W / heads;
+    for (int hd = 0; hd < heads; hd++)
+        for (int i = 0; i < n; i++)
+            memcpy(x + (size_t)i * W + hd * dh, hx + ((size_t)hd * n + i) * dh, dh * sizeof *x);
+}
+
 /* MHA as mha below, folded (mha_folds): out[nq][W]. */
 static void mha_folded(const head_attn *a, const float *q_in, int nq, const float *kv, int nk,
                        int W, int heads, head_work *w, float *out) {
     const int dh = W / heads, na = nq * heads;
-    const cpu_target *cpu = w->ex->cpu;
-    linear(w->ex, q_in, nq, W, a->wq, a->bq, W, w->q);
-    for (int hd = 0; hd < heads; hd++) /* qk[i·H + hd] = Wk_hdᵀ q_i,hd */
-        mm_gemm_nn(cpu, nq, W, dh, w->q + hd * dh, W, 1, a->wk + (size_t)hd * dh * W, W,
-                   w->qk + (size_t)hd * W, (int64_t)heads * W, false);
-    linear(w->ex, kv, nk, W, w->qk, NULL, na, w->pk);
+    linear(w->ex, q_in, nq, &a->wq.w, a->bq, w->q);
+    split_heads(w->q, nq, W, heads, w->heads);
+    per_head(w->ex, &a->k_heads.w, W, heads, w->heads, nq, w->qk); /* qk[hd·nq + i] = Wk_hdᵀ q_i,hd */
+    linear_f32(w->ex, kv, nk, w->qk, W, na, w->pk);
     softmax_columns(w->pk, nk, na, 1.0f / sqrtf((float)dh), w->col);
-    mv_job mj = {cpu, w->pk, kv, w->mv, na, nk, W};
+    mv_job mj = {w->ex->cpu, w->pk, kv, w->mv, na, nk, W};
     tp_run(w->ex->pool, mv_task, &mj); /* a NULL pool runs it here */
     for (int i = 0; i < na; i++) {
         float *r = w->mv + (size_t)i * W;
         for (int c = 0; c < W; c++) r[c] *= w->col[na + i];
     }
-    for (int hd = 0; hd < heads; hd++) /* ctx_i,hd = Wv_hd mv[i·H + hd] */
-        mm_gemm_nt(cpu, nq, dh, W, w->mv + (size_t)hd * W, (int64_t)heads * W,
-                   a->wv + (size_t)hd * dh * W, W, w->ctx + hd * dh, W, false);
+    per_head(w->ex, &a->wv.w, dh, heads, w->mv, nq, w->heads); /* Wv_hd mv[hd·nq + i] */
+    merge_heads(w->heads, nq, W, heads, w->ctx);
     for (int i = 0; i < nq; i++) add_to(w->ctx + (size_t)i * W, a->bv, (size_t)W);
-    linear(w->ex, w->ctx, nq, W, a->wo, a->bo, W, out);
+    linear(w->ex, w->ctx, nq, &a->wo.w, a->bo, out);
 }
 
 /* out[nq][W] = MHA(q_in[nq][W], kv_in[nk][W]): no mask, scale 1/sqrt(W/heads). */
 static void mha(const head_attn *a, const float *q_in, int nq, const float *kv_in, int nk, int W,
                 int heads, head_work *w, float *out) {
-    if (mha_folds(nq, nk, W, heads)) {
+    if (a->k_heads.own && mha_folds(nq, nk, W, heads)) {
         mha_folded(a, q_in, nq, kv_in, nk, W, heads, w, out);
         return;
     }
     const int dh = W / heads;
     const float scale = 1.0f / sqrtf((float)dh);
-    linear(w->ex, q_in, nq, W, a->wq, a->bq, W, w->q);
-    linear(w->ex, kv_in, nk, W, a->wk, a->bk, W, w->k);
-    linear(w->ex, kv_in, nk, W, a->wv, a->bv, W, w->v);
+    linear(w->ex, q_in, nq, &a->wq.w, a->bq, w->q);
+    linear(w->ex, kv_in, nk, &a->wk.w, a->bk, w->k);
+    linear(w->ex, kv_in, nk, &a->wv.w, a->bv, w->v);
     for (int i = 0; i < nq; i++) {
         for (int hd = 0; hd < heads; hd++) {
             const float *qi = w->q + (size_t)i * W + hd * dh;
             float mx = -INFINITY;
             for (int j = 0; j < nk; j++) {
-                w->p[j] = dot(qi, w->k + (size_t)j * W + hd * dh, dh) * scale;
+                w->p[j] = mm_dot(qi, w->k + (size_t)j * W + hd * dh, dh) * scale;
                 if (w->p[j] > mx) mx = w->p[j];
             }
             double sum = 0.0;
@@ -623,16 +708,16 @@ static void mha(const head_attn *a, const float *q_in, int nq, const float *kv_i
             }
         }
     }
-    linear(w->ex, w->ctx, nq, W, a->wo, a->bo, W, out);
+    linear(w->ex, w->ctx, nq, &a->wo.w, a->bo, out);
 }
 
 /* x[n][W] += FFN(ffn_norm(x)): W -> F, GELU, F -> W. */
 static void ffn_residual(const head_layer *l, float *x, int n, int W, int F, float eps,
                          head_work *w) {
     layer_norm(x, n, W, &l->ffn_norm, eps, w->norm);
-    linear(w->ex, w->norm, n, W, l->ffn_up, l->ffn_up_b, F, w->ff);
+    linear(w->ex, w->norm, n, &l->ffn_up.w, l->ffn_up_b, w->ff);
     for (size_t i = 0; i < (size_t)n * F; i++) w->ff[i] = gelu(w->ff[i]);
-    linear(w->ex, w->ff, n, F, l->ffn_down, l->ffn_down_b, W, w->tmp);
+    linear(w->ex, w->ff, n, &l->ffn_down.w, l->ffn_down_b, w->tmp);
     add_to(x, w->tmp, (size_t)n * W);
 }
 
@@ -707,7 +792,8 @@ enum { HEAD_TOKEN_BLOCK = 64 };
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
 /* What the three kinds of attention need, folded or not (mha_folds):
- * options over the prompt, fields over the prompt, fields over fields. */
+ * options over the prompt, fields over the prompt, fields over fields (a
+ * self-attention, which has no k_heads and never folds). */
 typedef struct mha_sizes {
     size_t kv;   /* rows of w.k / w.v for the direct ones */
     size_t na;   /* query-heads of the folded ones        */
@@ -715,11 +801,11 @@ typedef struct mha_sizes {
 } mha_sizes;
 
 static mha_sizes mha_plan(int T, int W, int H, int nq, int no) {
-    const int calls[3][2] = {{no, T}, {nq, T}, {nq, nq}}; /* {queries, keys} */
+    const int calls[3][3] = {{no, T, 1}, {nq, T, 1}, {nq, nq, 0}}; /* {queries, keys, cross} */
     mha_sizes z = {1, 1, 1};
     for (int c = 0; c < 3; c++) {
         const size_t q = (size_t)calls[c][0], k = (size_t)calls[c][1];
-        if (mha_folds(calls[c][0], calls[c][1], W, H)) {
+        if (calls[c][2] && mha_folds(calls[c][0], calls[c][1], W, H)) {
             z.na = max_z(z.na, q * H);
             z.pk = max_z(z.pk, q * H * k);
         } else {
@@ -742,7 +828,7 @@ static float *scratch_alloc(head_scratch *s, int T, int E, int W, int F, int H, 
         {&s->base, (size_t)nq * W}, {&s->attn, nmax * W}, {&s->feat, (size_t)no * 4 * W},
         {&s->sc, max_z((size_t)no, 1) * W}, {&s->w.q, nmax * W}, {&s->w.k, z.kv * W},
         {&s->w.v, z.kv * W}, {&s->w.ctx, nmax * W}, {&s->w.p, np}, {&s->w.norm, nmax * W},
-        {&s->w.ff, nmax * (F > 0 ? F : 1)}, {&s->w.tmp, nmax * W},
+        {&s->w.ff, nmax * (F > 0 ? F : 1)}, {&s->w.tmp, nmax * W}, {&s->w.heads, nmax * W},
         {&s->w.qk, z.na * W}, {&s->w.pk, z.pk}, {&s->w.mv, z.na * W}, {&s->w.col, 2 * z.na},
     };
     size_t total = 0;
@@ -770,7 +856,7 @@ static void build_memory(const head_model *h, const float *hidden, int T, head_s
     for (int t0 = 0; t0 < T; t0 += HEAD_TOKEN_BLOCK) {
         int n = T - t0 < HEAD_TOKEN_BLOCK ? T - t0 : HEAD_TOKEN_BLOCK;
         layer_norm(hidden + (size_t)t0 * E, n, E, &h->hidden_norm, h->hp.norm_eps, s->xblk);
-        linear(s->w.ex, s->xblk, n, E, h->proj_memory, NULL, W, s->memory + (size_t)t0 * W);
+        linear(s->w.ex, s->xblk, n, &h->proj_memory.w, NULL, s->memory + (size_t)t0 * W);
     }
 }
 
@@ -819,10 +905,10 @@ static clef_status pool_inputs(const head_model *h, const head_rows *rows, const
         }
     }
     const int no = o;
-    linear(s->w.ex, s->ctxo, no, E, h->proj_option_context, NULL, W, s->opt);
-    linear(s->w.ex, s->lex, no, E, h->proj_option_lexical, NULL, W, s->attn);
+    linear(s->w.ex, s->ctxo, no, &h->proj_option_context.w, NULL, s->opt);
+    linear(s->w.ex, s->lex, no, &h->proj_option_lexical.w, NULL, s->attn);
     add_to(s->opt, s->attn, (size_t)no * W);
-    linear(s->w.ex, s->qv, nq, E, h->proj_option_question, NULL, W, s->attn);
+    linear(s->w.ex, s->qv, nq, &h->proj_option_question.w, NULL, s->attn);
     o = 0;
     for (int q = 0; q < nq; q++)
         for (int k = 0; k < qs[q].n_options; k++, o++)
@@ -848,8 +934,8 @@ static void route_options(const head_model *h, int T, int no, head_scratch *s) {
 /* f_q = base_q + option_summary_norm(Σ_o softmax(O_o·base_q/√W) O_o)
  *       + proj_global(g) + type_embedding[t_q]. */
 static void build_fields(const head_model *h, const head_question *qs, int nq, head_scratch *s) {
-    const int E = h->hp.n_embd, W = h->hp.width;
-    linear(s->w.ex, s->qv, nq, E, h->proj_question, NULL, W, s->base);
+    const int W = h->hp.width;
+    linear(s->w.ex, s->qv, nq, &h->proj_question.w, NULL, s->base);
     const float scale = 1.0f / sqrtf((float)W);
     int o0 = 0;
     for (int q = 0; q < nq; q++) {
@@ -857,7 +943,7 @@ static void build_fields(const head_model *h, const head_question *qs, int nq, h
         const float *bq = s->base + (size_t)q * W;
         float mx = -INFINITY;
         for (int k = 0; k < n; k++) {
-            s->w.p[k] = dot(s->opt + (size_t)(o0 + k) * W, bq, W) * scale;
+            s->w.p[k] = mm_dot(s->opt + (size_t)(o0 + k) * W, bq, W) * scale;
             if (s->w.p[k] > mx) mx = s->w.p[k];
         }
         double sum = 0.0;
@@ -872,7 +958,7 @@ static void build_fields(const head_model *h, const head_question *qs, int nq, h
         o0 += n;
     }
     layer_norm(s->fld, nq, W, &h->option_summary_norm, h->hp.norm_eps, s->fld);
-    linear(s->w.ex, s->g, 1, E, h->proj_global, NULL, W, s->sc);
+    linear(s->w.ex, s->g, 1, &h->proj_global.w, NULL, s->sc);
     for (int q = 0; q < nq; q++) {
         float *f = s->fld + (size_t)q * W;
         add_to(f, s->base + (size_t)q * W, (size_t)W);
@@ -944,11 +1030,11 @@ static void option_logits(const head_model *h, const head_question *qs, int nq, 
         }
     }
     const int no = o;
-    linear(s->w.ex, s->feat, no, 4 * W, h->scorer, h->scorer_b, W, s->sc);
+    linear(s->w.ex, s->feat, no, &h->scorer.w, h->scorer_b, s->sc);
     for (o = 0; o < no; o++) {
         float *sc = s->sc + (size_t)o * W;
         for (int i = 0; i < W; i++) sc[i] = gelu(sc[i]);
-        const double residual = dot(sc, h->scorer_out, W) + h->scorer_out_b[0];
+        const double residual = mm_dot(sc, h->scorer_out, W) + h->scorer_out_b[0];
         logits[o] = (float)(s->part[o] + s_g * residual);
     }
 }
@@ -975,7 +1061,14 @@ clef_status head_score_on(const head_model *h, tp_pool *pool, const cpu_target *
         scratch_alloc(&s, T, hp->n_embd, hp->width, hp->n_ff, hp->n_head, n_questions, no);
     if (!arena)
         return clef_err_set(err, CLEF_ERR_NOMEM, "decision head: no memory for %d tokens", T);
-    head_exec ex = {.pool = pool, .cpu = cpu};
+    const cpu_target ref = {.path = CPU_PATH_REF};
+    head_exec ex = {.pool = pool, .cpu = cpu ? cpu : &ref, .n_threads = tp_size(pool)};
+    ex.ws_thread = calloc((size_t)ex.n_threads, sizeof *ex.ws_thread);
+    if (!ex.ws_thread) {
+        free(arena);
+        free(s.acc);
+        return clef_err_set(err, CLEF_ERR_NOMEM, "decision head: no memory for %d tokens", T);
+    }
     s.w.ex = &ex;
 
     build_memory(h, hidden, T, &s);
@@ -988,6 +1081,8 @@ clef_status head_score_on(const head_model *h, tp_pool *pool, const cpu_target *
         option_logits(h, qs, n_questions, &s, logits);
     }
     mm_workspace_free(&ex.ws);
+    for (int i = 0; i < ex.n_threads; i++) mm_workspace_free(&ex.ws_thread[i]);
+    free(ex.ws_thread);
     free(arena);
     free(s.acc);
     return st;

@@ -13,10 +13,10 @@
  *   logits: one per option, questions in the given order, options of a
  *   question in their (rendered) order; softmax per question is the caller's.
  *
- * Ownership: head_load allocates a head_model (f32 copies of every head
- * tensor, whatever type the file stores) freed with head_free; it keeps no
- * pointer into the gguf_file.  A head_rows keeps pointers into the gguf
- * mapping, so it is valid only while that file stays open.
+ * Ownership: head_load allocates a head_model, freed with head_free.  Its
+ * F32, BF16 and F16 matrices are read in place in the gguf mapping (any
+ * other type is copied to f32), as a head_rows' rows are: both are valid
+ * only while that file stays open.
  *
  * Threads: a loaded head_model is read-only; head_score may run on several
  * threads at once with the same head (it allocates its own scratch; a shared
