@@ -84,18 +84,19 @@ INLINE T512 __m512 load_w(const int wt, const bool masked, const void *b, int64_
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* 6 tokens x 4 rows, f32 activations: rows past mr / nr repeat the last
- * valid one.  The lanes sum the same k whatever wt is, so a 16-bit row
- * gives the bits its f32 decoding gives. */
-INLINE T512 void dot_tile(const int wt, int64_t k, const float *A, int64_t lda, int mr,
+/* R (<= 6) tokens x 4 rows, f32 activations: rows past nr repeat the last
+ * valid one.  R is a constant, so a short token tile does only its own
+ * FMAs (the head's products have 1 to 18 tokens).  The lanes sum the same
+ * k whatever wt is, so a 16-bit row gives the bits its f32 decoding gives. */
+INLINE T512 void dot_tile(const int wt, const int R, int64_t k, const float *A, int64_t lda,
                           const void *B, int64_t ldb, int nr, float *C, int64_t ldc, bool add) {
     const size_t es = wt == W_F32 ? 4 : 2;
     __m512 c[RM][RN];
     const float *a[RM];
     const void *b[RN];
 #pragma GCC unroll 6
-    for (int i = 0; i < RM; i++) {
-        a[i] = A + (i < mr ? i : mr - 1) * lda;
+    for (int i = 0; i < R; i++) {
+        a[i] = A + i * lda;
 #pragma GCC unroll 4
         for (int j = 0; j < RN; j++) c[i][j] = _mm512_setzero_ps();
     }
@@ -107,7 +108,7 @@ INLINE T512 void dot_tile(const int wt, int64_t k, const float *A, int64_t lda, 
 #pragma GCC unroll 4
         for (int j = 0; j < RN; j++) w[j] = load_w(wt, false, b[j], kk, 0);
 #pragma GCC unroll 6
-        for (int i = 0; i < RM; i++) {
+        for (int i = 0; i < R; i++) {
             __m512 x = _mm512_loadu_ps(a[i] + kk);
 #pragma GCC unroll 4
             for (int j = 0; j < RN; j++) c[i][j] = _mm512_fmadd_ps(x, w[j], c[i][j]);
@@ -119,13 +120,13 @@ INLINE T512 void dot_tile(const int wt, int64_t k, const float *A, int64_t lda, 
 #pragma GCC unroll 4
         for (int j = 0; j < RN; j++) w[j] = load_w(wt, true, b[j], kk, m);
 #pragma GCC unroll 6
-        for (int i = 0; i < RM; i++) {
+        for (int i = 0; i < R; i++) {
             __m512 x = _mm512_maskz_loadu_ps(m, a[i] + kk);
 #pragma GCC unroll 4
             for (int j = 0; j < RN; j++) c[i][j] = _mm512_fmadd_ps(x, w[j], c[i][j]);
         }
     }
-    dot_store(c, mr, nr, C, ldc, add);
+    dot_store(c, R, nr, C, ldc, add);
 }
 
 /* 6 tokens x 4 rows, BF16 pairs into f32 (vdpbf16ps). */
@@ -178,11 +179,22 @@ INLINE T512 void dot_panel(const int wt, int64_t kc, const float *x, int64_t ldx
                            bool add) {
     const size_t es = wt == W_F32 ? 4 : 2;
     for (int64_t t = 0; t < T; t += RM) {
-        int mr = (int)(T - t < RM ? T - t : RM);
+        const int mr = (int)(T - t < RM ? T - t : RM);
         for (int64_t r = 0; r < np; r += RN) {
-            int nr = (int)(np - r < RN ? np - r : RN);
-            dot_tile(wt, kc, x + t * ldx, ldx, mr, (const char *)w + (size_t)(r * ldw) * es, ldw,
-                     nr, y + t * ldy + r, ldy, add);
+            const int nr = (int)(np - r < RN ? np - r : RN);
+            const void *wr = (const char *)w + (size_t)(r * ldw) * es;
+            const float *xt = x + t * ldx;
+            float *yt = y + t * ldy + r;
+            switch (mr) {
+#define DOT_TILE(R) dot_tile(wt, R, kc, xt, ldx, wr, ldw, nr, yt, ldy, add); break
+            case 1: DOT_TILE(1);
+            case 2: DOT_TILE(2);
+            case 3: DOT_TILE(3);
+            case 4: DOT_TILE(4);
+            case 5: DOT_TILE(5);
+            default: DOT_TILE(6);
+#undef DOT_TILE
+            }
         }
     }
 }
