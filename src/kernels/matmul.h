@@ -22,11 +22,11 @@
  *   BF16 weights    activations rounded to BF16 (dpbf16 on avx512+bf16,
  *                   else the rounded values in f32 FMA)
  *   Q8_0, Q4_K, Q5_K, Q6_K   on avx512+vnni: activations quantized to int8
- *                   in blocks of 32 with one scale each (Q8_0's layout; the
- *                   scale rounded through f16 for Q8_0 weights as llama.cpp
- *                   does, f32 for the K-quants, which is finer than llama's
- *                   Q8_K), integer dots by vpdpbusd; elsewhere dequantized
- *                   weights with f32 activations
+ *                   with one f32 scale per block, as llama.cpp does: 32
+ *                   for Q8_0 (Q8_0's layout, the scale rounded through
+ *                   f16), 256 for the K-quants (Q8_K's), integer dots by
+ *                   vpdpbusd; elsewhere dequantized weights with f32
+ *                   activations
  *   F16 weights     dequantized, f32 activations
  * On amx (kernels/simd_amx.c) the products run on tiles: BF16 weights by
  * TDPBF16PS on BF16 activations (f32 accumulation over k); Q8_0 by TDPBSSD

@@ -100,6 +100,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->kind = tg->amx ? MM_KIND_AMX_I8 : MM_KIND_I8;
         p->KC = MM_KC_I8;
         p->i8.bk = w->type == CLEF_DTYPE_Q6_K ? 16 : 32;
+        p->i8.ab = kquant ? 256 : 32;
         p->i8.sym = w->type == CLEF_DTYPE_Q8_0 || w->type == CLEF_DTYPE_Q6_K;
         p->i8.off = w->type == CLEF_DTYPE_Q8_0 ? 128 : w->type == CLEF_DTYPE_Q6_K ? 32 : 0;
         p->i8.f16_scale = w->type == CLEF_DTYPE_Q8_0;
@@ -127,7 +128,9 @@ const char *mm_precision(const cpu_target *tg, const mm_weight *w) {
 
 int mm_act_block(const cpu_target *tg, const mm_weight *w) {
     mm_plan p;
-    return plan_make(tg, w, &p) && p.kind == MM_KIND_AMX_KQ ? 256 : 32;
+    if (!plan_make(tg, w, &p)) return 32;
+    if (p.kind == MM_KIND_AMX_KQ) return 256;
+    return p.kind == MM_KIND_I8 || p.kind == MM_KIND_AMX_I8 ? p.i8.ab : 32;
 }
 
 /* ---- workspace ---- */
@@ -283,11 +286,11 @@ typedef struct mm_tokens {
 } mm_tokens;
 
 /* The int8 activation views from token t0 on. */
-static mm_i8_act i8_from(const mm_i8_act *a, int bk, int64_t t0) {
+static mm_i8_act i8_from(const mm_i8_act *a, const mm_i8_kind *kind, int64_t t0) {
     mm_i8_act v = *a;
     v.q += t0 * a->ld;
-    v.dx += t0 * (a->ld / 32);
-    v.mb = (const uint8_t *)a->mb + (size_t)(t0 * (a->ld / bk)) * 4; /* int32 or f32 */
+    v.dx += t0 * (a->ld / kind->ab);
+    v.mb = (const uint8_t *)a->mb + (size_t)(t0 * (a->ld / kind->bk)) * 4; /* int32 or f32 */
     return v;
 }
 
@@ -311,7 +314,7 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
                        (const uint16_t *)rows + k0, (int64_t)(w->row_bytes / 2), np, y, out, add);
         break;
     case MM_KIND_I8: {
-        const mm_i8_act a = i8_from(&j->i8, j->p.i8.bk, tk.t0);
+        const mm_i8_act a = i8_from(&j->i8, &j->p.i8, tk.t0);
         avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
         avx512_i8_panel(&j->p.i8, &a, T, k0, kc, tb, np, y, out, add, next);
         break;

@@ -58,8 +58,9 @@ enum {
 /* Activations quantized for the I8 kernels. */
 typedef struct mm_i8_act {
     const int8_t *q;    /* [T][ld]                                            */
-    const float *dx;    /* [T][ld/32]                                         */
-    const void *mb;     /* [T][ld/bk]: int32 (sym) or f32 (asym)              */
+    const float *dx;    /* [T][ld/ab] activation scales                       */
+    const void *mb;     /* [T][ld/bk]: int32 −off·Σq (sym) or f32 (asym): d·Σq,
+                           or Σq when ab is 256 (d is applied per 256)       */
     int64_t ld;         /* = in                                               */
     /* amx only, 16 tokens side by side: Q8_0 dx [T/16][ld/32][16]; the
      * K-quant planes their own per-256 dT here and d·Σq per 32 in mbT */
@@ -70,6 +71,8 @@ typedef struct mm_i8_act {
 /* The quantized-weight parameters of the I8 kernels. */
 typedef struct mm_i8_kind {
     int bk;             /* weight block: 32, or 16 (Q6_K)                     */
+    int ab;             /* activations per scale: 32 (Q8_0), or 256 (the
+                           K-quants: llama.cpp's Q8_K blocks)               */
     bool sym;           /* m = −off·s: the m term is an integer correction    */
     int off;            /* 128 (Q8_0), 32 (Q6_K), 0                           */
     bool f16_scale;     /* activation scales rounded through f16 (Q8_0)       */

@@ -401,8 +401,46 @@ INLINE T512 float quant32(const float *x, bool f16_scale, int8_t *q, int32_t sum
     return f16_scale ? clef_f16_to_f32(clef_f32_to_f16(d)) : d;
 }
 
+/* 256 values with one scale (llama.cpp's Q8_K blocks): q, sums[16] the
+ * Σq of each 16; returns d. */
+INLINE T512 float quant256(const float *x, int8_t *q, int32_t sums[16]) {
+    __m512 a = _mm512_setzero_ps();
+    for (int v = 0; v < 16; v++) a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(x + 16 * v)));
+    float amax = _mm512_reduce_max_ps(a);
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int v = 0; v < 16; v++) {
+        __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * v), _mm512_set1_ps(id)));
+        _mm_storeu_si128((__m128i *)(q + 16 * v), _mm512_cvtsepi32_epi8(qi));
+        sums[v] = _mm512_reduce_add_epi32(qi);
+    }
+    return d;
+}
+
+/* Per 256 (kind->ab 256): dx one d per 256; mb per weight block −off·Σq
+ * (sym) or Σq as f32 (the tile applies d once per 256). */
+T512 static void act_i8_256(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0,
+                            int64_t t1, int8_t *q, float *dx, void *mb) {
+    const int64_t nsb = in / 256, nbk = in / kind->bk, per = kind->bk / 16;
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            int32_t s[16];
+            dx[t * nsb + sb] = quant256(x + t * in + 256 * sb, q + t * in + 256 * sb, s);
+            for (int b = 0; b < 16 / per; b++) {
+                int32_t sum = 0;
+                for (int h = 0; h < per; h++) sum += s[b * per + h];
+                const int64_t at = t * nbk + sb * (16 / per) + b;
+                if (kind->sym) ((int32_t *)mb)[at] = -kind->off * sum;
+                else ((float *)mb)[at] = (float)sum;
+            }
+        }
+}
+
 T512 void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
                         int8_t *q, float *dx, void *mb) {
+    if (kind->ab == 256) {
+        act_i8_256(kind, x, in, t0, t1, q, dx, mb);
+        return;
+    }
     const int64_t nb32 = in / 32, nbk = in / kind->bk;
     for (int64_t t = t0; t < t1; t++) {
         for (int64_t b = 0; b < nb32; b++) {
@@ -452,8 +490,14 @@ INLINE void pf_step(pf_cursor *c) {
 
 /* 4 tokens x 48 rows over nblk weight blocks.  Per block the integer dots
  * accumulate exactly (|Σ| < 2^21), then one scale step in f32:
- *   facc += f32(isum)·(s·dx) [+ m·(dx·Σq) for asymmetric types]. */
-INLINE T512VNNI void i8_tile(const int bk, const bool sym, int64_t nblk, const int8_t *A,
+ *   nsb 1 (one activation scale per block, Q8_0):
+ *     facc += f32(isum)·(s·dx)
+ *   nsb > 1 (one per nsb blocks, the K-quants' 256):
+ *     g += f32(isum)·s [+ m·Σq for asymmetric types], and per nsb blocks
+ *     facc += g·dx, g = 0.
+ * That saves a multiply per block, and per 256 facc is updated in memory
+ * (L1), as the 12 g registers leave no room for it. */
+INLINE T512VNNI void i8_tile(const int bk, const bool sym, const int nsb, int64_t nblk, const int8_t *A,
                              int64_t lda, const float *dx, int64_t ldx, const void *mb,
                              int64_t ldm, int mr, const uint8_t *B, int nc, float *C,
                              int64_t ldc, bool add, pf_cursor *pf) {
@@ -472,6 +516,8 @@ INLINE T512VNNI void i8_tile(const int bk, const bool sym, int64_t nblk, const i
 #pragma GCC unroll 3
         for (int j = 0; j < 3; j++) f[i][j] = _mm512_setzero_ps();
     }
+    _Alignas(64) float fm[IM][IG]; /* nsb > 1: facc */
+    if (nsb > 1) memset(fm, 0, sizeof fm);
     for (int64_t b = 0; b < nblk; b++) {
         if (pf) pf_step(pf);
         __m512i acc[IM][3];
@@ -501,15 +547,33 @@ INLINE T512VNNI void i8_tile(const int bk, const bool sym, int64_t nblk, const i
         B += 2 * IG * sizeof(float);
 #pragma GCC unroll 4
         for (int i = 0; i < IM; i++) {
-            __m512 dv = _mm512_set1_ps(d[i][(b * bk) >> 5]);
+            __m512 dv = _mm512_set1_ps(d[i][nsb > 1 ? 0 : b]);
 #pragma GCC unroll 3
             for (int j = 0; j < 3; j++) {
-                __m512 sd = _mm512_mul_ps(_mm512_load_ps(s + 16 * j), dv);
+                __m512 sv = _mm512_load_ps(s + 16 * j);
+                __m512 sd = nsb > 1 ? sv : _mm512_mul_ps(sv, dv);
                 f[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j]), sd, f[i][j]);
                 if (!sym) f[i][j] = _mm512_fmadd_ps(_mm512_load_ps(m + 16 * j), _mm512_set1_ps(mf[i][b]), f[i][j]);
             }
         }
+        if (nsb > 1 && (b + 1) % nsb == 0) { /* a super-block done: facc += g·dx */
+#pragma GCC unroll 4
+            for (int i = 0; i < IM; i++) {
+                __m512 dv = _mm512_set1_ps(d[i][b / nsb]);
+#pragma GCC unroll 3
+                for (int j = 0; j < 3; j++) {
+                    float *p = &fm[i][16 * j];
+                    _mm512_store_ps(p, _mm512_fmadd_ps(f[i][j], dv, _mm512_load_ps(p)));
+                    f[i][j] = _mm512_setzero_ps();
+                }
+            }
+        }
     }
+    if (nsb > 1)
+#pragma GCC unroll 4
+        for (int i = 0; i < IM; i++)
+#pragma GCC unroll 3
+            for (int j = 0; j < 3; j++) f[i][j] = _mm512_load_ps(&fm[i][16 * j]);
     const __mmask16 m0 = lanes16(nc), m1 = lanes16(nc - 16), m2 = lanes16(nc - 32);
 #pragma GCC unroll 4
     for (int i = 0; i < IM; i++) {
@@ -531,15 +595,16 @@ INLINE T512VNNI void i8_tile(const int bk, const bool sym, int64_t nblk, const i
     const void *mb, int64_t ldm, int mr, const uint8_t *B, int nc, float *C, int64_t ldc,       \
     bool add, pf_cursor *pf
 #define I8_TILE_PASS nblk, A, lda, dx, ldx, mb, ldm, mr, B, nc, C, ldc, add, pf
-T512VNNI static void i8_tile_32s(I8_TILE_ARGS) { i8_tile(32, true, I8_TILE_PASS); }
-T512VNNI static void i8_tile_32a(I8_TILE_ARGS) { i8_tile(32, false, I8_TILE_PASS); }
-T512VNNI static void i8_tile_16s(I8_TILE_ARGS) { i8_tile(16, true, I8_TILE_PASS); }
+/* Q8_0 (activations per 32); Q4_K / Q5_K and Q6_K (per 256) */
+T512VNNI static void i8_tile_32s(I8_TILE_ARGS) { i8_tile(32, true, 1, I8_TILE_PASS); }
+T512VNNI static void i8_tile_32a(I8_TILE_ARGS) { i8_tile(32, false, 8, I8_TILE_PASS); }
+T512VNNI static void i8_tile_16s(I8_TILE_ARGS) { i8_tile(16, true, 16, I8_TILE_PASS); }
 
 T512VNNI void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                               int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                               bool add, const mm_prefetch *next) {
     void (*tile)(I8_TILE_ARGS) = kind->bk == 16 ? i8_tile_16s : kind->sym ? i8_tile_32s : i8_tile_32a;
-    const int64_t nblk = kc / kind->bk, ldx = a->ld / 32, ldm = a->ld / kind->bk;
+    const int64_t nblk = kc / kind->bk, ldx = a->ld / kind->ab, ldm = a->ld / kind->bk;
     const size_t gbytes = mm_i8_group_bytes(kind, kc);
     pf_cursor pf = {0};
     if (next) { /* spread the lines over every block of every tile call */
@@ -550,7 +615,7 @@ T512VNNI void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_
     for (int64_t t = 0; t < T; t += IM) {
         int mr = (int)(T - t < IM ? T - t : IM);
         const int8_t *A = a->q + t * a->ld + k0;
-        const float *dx = a->dx + t * ldx + k0 / 32;
+        const float *dx = a->dx + t * ldx + k0 / kind->ab;
         const void *mb = (const char *)a->mb + (size_t)(t * ldm + k0 / kind->bk) * 4;
         for (int64_t g = 0; g * IG < np; g++) {
             int nc = (int)(np - g * IG < IG ? np - g * IG : IG);
