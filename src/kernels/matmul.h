@@ -109,8 +109,8 @@ void mm_matmul_ex(const cpu_target *tg, tp_pool *pool, const mm_weight *w, const
 /* What tg computes w with: "f32", "bf16" or "int8" (activation precision). */
 const char *mm_precision(const cpu_target *tg, const mm_weight *w);
 
-/* For an "int8" product: elements per activation scale, 32, or 256 for
- * the K-quants on amx (the plane kernel; llama.cpp's Q8_K blocks). */
+/* For an "int8" product: elements per activation scale, 32 (Q8_0), or 256
+ * for the K-quants (llama.cpp's Q8_K blocks). */
 int mm_act_block(const cpu_target *tg, const mm_weight *w);
 
 /* Small dense products on one thread, for attention and the delta rule

@@ -32,9 +32,11 @@
  * where q is the stored quant made unsigned (Q8_0: q+128, m = −128·s; Q6_K:
  * q6 in 0..63, m = −32·s; Q4_K/Q5_K: the quant, s = d·sc, m = −dmin·min);
  * for the AMX kernel Q8_0 stays signed (m = 0).
- * Rows past the weight's end are zero.  I8 activations: per 32 values an
- * int8 block with one f32 scale dx (Q8_0's layout), plus per weight block
- * −off·Σq (int32, symmetric types) or dx·Σq (f32, Q4_K/Q5_K): the m term.
+ * Rows past the weight's end are zero.  I8 activations: per ab values (32
+ * for Q8_0, its layout; 256 for the K-quants, llama.cpp's Q8_K) an int8
+ * block with one f32 scale dx, plus per weight block the m term: −off·Σq
+ * (int32, symmetric types), or for Q4_K/Q5_K dx·Σq (f32; Σq when ab is 256,
+ * as the tile then applies dx once per 256).
  */
 #ifndef CLEF_KERNELS_SIMD_H
 #define CLEF_KERNELS_SIMD_H
@@ -109,7 +111,7 @@ void avx512_pack_f32_panel(bool f16, const uint16_t *w, int64_t ldw, int64_t np,
 void avx512_round_bf16(const float *x, int64_t n, float *dst);
 /* x rows [t0, t1) to BF16 (round to nearest even), dst rows of `in`. */
 void avx512_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, uint16_t *dst);
-/* x rows [t0, t1) quantized per 32 (see above); in % 32 == 0. */
+/* x rows [t0, t1) quantized per kind->ab (see above); in % ab == 0. */
 void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
                    int8_t *q, float *dx, void *mb);
 /* Pack rows [r0, r0+np) x k [k0, k0+kc) of w into ceil(np/48) groups. */
