@@ -227,7 +227,8 @@ static void check_f32_act(const path_case *pc, uint32_t type, int64_t in, int64_
     w16.f32_act = true;
     assert_string_equal(mm_precision(&pc->tg, &w16), "f32");
     float *x = malloc((size_t)(T * in) * sizeof *x);
-    float *y16 = malloc((size_t)(T * out) * sizeof *y16), *y32 = malloc((size_t)(T * out) * sizeof *y32);
+    float *y16 = malloc((size_t)(T * out) * sizeof *y16);
+    float *y32 = malloc((size_t)(T * out) * sizeof *y32);
     for (int64_t i = 0; i < T * in; i++) x[i] = rnd_uniform(-1, 1);
     mm_matmul_ex(&pc->tg, pool, &w16, x, y16, T, NULL);
     mm_matmul_ex(&pc->tg, pool, &w32, x, y32, T, NULL);

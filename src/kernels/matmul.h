@@ -28,6 +28,9 @@
  *                   vpdpbusd; elsewhere dequantized weights with f32
  *                   activations
  *   F16 weights     dequantized, f32 activations
+ *   f32_act BF16 / F16   f32 activations; on avx512 and amx the rows widened
+ *                   in registers in a dot tile whose lanes sum like the f32
+ *                   one's, so the bits are those of the f32 decoding
  * On amx (kernels/simd_amx.c) the products run on tiles: BF16 weights by
  * TDPBF16PS on BF16 activations (f32 accumulation over k); Q8_0 by TDPBSSD
  * on the same per-32 int8 activations, each block's integer dot scaled in
@@ -65,9 +68,10 @@ typedef struct mm_weight {
     int64_t in;          /* elements per row (ggml ne[0]), a block multiple    */
     int64_t out;         /* rows (ggml ne[1])                                  */
     size_t row_bytes;    /* bytes of one stored row                            */
-    bool f32_act;        /* BF16: multiply f32 activations as they are, not
-                            rounded to BF16 (the decision head, which the
-                            reference computes in f32); mm_weight_init: false */
+    bool f32_act;        /* BF16 / F16: multiply the f32 activations as they
+                            are, the products of w's f32 decoding (the
+                            decision head, which the reference computes in
+                            f32); mm_weight_init: false                       */
 } mm_weight;
 
 /* Describe a stored [out][in] matrix.  Returns false (w untouched) when the

@@ -8,8 +8,9 @@
  * block of tokens, from a shared counter):
  *   for each panel of NP rows:  for each k block of KC:
  *     make the panel's rows readable by the kernel — in place (F32, BF16 on
- *     dpbf16 targets), widened into f32 [k][48] panels (F16, BF16 elsewhere
- *     on avx512), dequantized to f32 rows, or packed into I8 groups — then
+ *     dpbf16 targets, f32_act BF16 / F16 widened in registers), widened
+ *     into f32 [k][48] panels (F16, BF16 elsewhere on avx512), dequantized
+ *     to f32 rows, or packed into I8 groups — then
  *     run every token over it (kernels/simd.h).
  * The panel (≤ 48 rows x KC) stays in L2 while all tokens pass over it, so
  * the weights come from memory once per call; each token tile's x rows stay

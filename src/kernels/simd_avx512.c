@@ -79,7 +79,8 @@ INLINE T512 __m512 load_w(const int wt, const bool masked, const void *b, int64_
         return masked ? _mm512_maskz_loadu_ps(m, (const float *)b + k)
                       : _mm512_loadu_ps((const float *)b + k);
     const uint16_t *h16 = (const uint16_t *)b + k;
-    __m256i h = masked ? _mm256_maskz_loadu_epi16(m, h16) : _mm256_loadu_si256((const __m256i *)h16);
+    __m256i h = masked ? _mm256_maskz_loadu_epi16(m, h16)
+                       : _mm256_loadu_si256((const __m256i *)h16);
     if (wt == W_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
@@ -101,7 +102,8 @@ INLINE T512 void dot_tile(const int wt, const int R, int64_t k, const float *A, 
         for (int j = 0; j < RN; j++) c[i][j] = _mm512_setzero_ps();
     }
 #pragma GCC unroll 4
-    for (int j = 0; j < RN; j++) b[j] = (const char *)B + (size_t)((j < nr ? j : nr - 1) * ldb) * es;
+    for (int j = 0; j < RN; j++)
+        b[j] = (const char *)B + (size_t)((j < nr ? j : nr - 1) * ldb) * es;
     int64_t kk = 0;
     for (; kk + 16 <= k; kk += 16) {
         __m512 w[RN];
@@ -409,7 +411,8 @@ INLINE T512 float quant256(const float *x, int8_t *q, int32_t sums[16]) {
     float amax = _mm512_reduce_max_ps(a);
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int v = 0; v < 16; v++) {
-        __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * v), _mm512_set1_ps(id)));
+        __m512 xs = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * v), _mm512_set1_ps(id));
+        __m512i qi = _mm512_cvtps_epi32(xs);
         _mm_storeu_si128((__m128i *)(q + 16 * v), _mm512_cvtsepi32_epi8(qi));
         sums[v] = _mm512_reduce_add_epi32(qi);
     }
@@ -497,8 +500,8 @@ INLINE void pf_step(pf_cursor *c) {
  *     facc += g·dx, g = 0.
  * That saves a multiply per block, and per 256 facc is updated in memory
  * (L1), as the 12 g registers leave no room for it. */
-INLINE T512VNNI void i8_tile(const int bk, const bool sym, const int nsb, int64_t nblk, const int8_t *A,
-                             int64_t lda, const float *dx, int64_t ldx, const void *mb,
+INLINE T512VNNI void i8_tile(const int bk, const bool sym, const int nsb, int64_t nblk,
+                             const int8_t *A, int64_t lda, const float *dx, int64_t ldx, const void *mb,
                              int64_t ldm, int mr, const uint8_t *B, int nc, float *C,
                              int64_t ldc, bool add, pf_cursor *pf) {
     __m512 f[IM][3];

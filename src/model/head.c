@@ -667,7 +667,8 @@ static void mha_folded(const head_attn *a, const float *q_in, int nq, const floa
     const int dh = W / heads, na = nq * heads;
     linear(w->ex, q_in, nq, &a->wq.w, a->bq, w->q);
     split_heads(w->q, nq, W, heads, w->heads);
-    per_head(w->ex, &a->k_heads.w, W, heads, w->heads, nq, w->qk); /* qk[hd·nq + i] = Wk_hdᵀ q_i,hd */
+    /* qk[hd·nq + i] = Wk_hdᵀ q_i,hd */
+    per_head(w->ex, &a->k_heads.w, W, heads, w->heads, nq, w->qk);
     linear_f32(w->ex, kv, nk, w->qk, W, na, w->pk);
     softmax_columns(w->pk, nk, na, 1.0f / sqrtf((float)dh), w->col);
     mv_job mj = {w->ex->cpu, w->pk, kv, w->mv, na, nk, W};
