@@ -403,39 +403,99 @@ INLINE T512 float quant32(const float *x, bool f16_scale, int8_t *q, int32_t sum
     return f16_scale ? clef_f16_to_f32(clef_f32_to_f16(d)) : d;
 }
 
-/* 256 values with one scale (llama.cpp's Q8_K blocks): q, sums[16] the
- * Σq of each 16; returns d. */
-INLINE T512 float quant256(const float *x, int8_t *q, int32_t sums[16]) {
+/* The horizontal reductions (max, or add as int32) of v[0..16) as one
+ * vector, lane b from v[b]: four levels that each halve the partials of
+ * pairs, 45 uops where 16 separate reductions take about 130. */
+INLINE T512 __m512i reduce16(const bool add, __m512i v[16]) {
+    static const int32_t idx[4][2][16] = {
+        {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+         {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+        {{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
+         {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31}},
+        {{0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29},
+         {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31}},
+        {{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
+         {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}},
+    };
+    for (int lv = 0, n = 16; lv < 4; lv++, n /= 2) {
+        const __m512i i1 = _mm512_loadu_si512(idx[lv][0]), i2 = _mm512_loadu_si512(idx[lv][1]);
+        for (int k = 0; k < n / 2; k++) {
+            __m512i a = _mm512_permutex2var_epi32(v[2 * k], i1, v[2 * k + 1]);
+            __m512i b = _mm512_permutex2var_epi32(v[2 * k], i2, v[2 * k + 1]);
+            v[k] = add ? _mm512_add_epi32(a, b)
+                       : _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(a),
+                                                           _mm512_castsi512_ps(b)));
+        }
+    }
+    return v[0];
+}
+
+/* 256 values with one scale (llama.cpp's Q8_K blocks): q, and the Σq of
+ * each 16 as a vector; *d the scale. */
+INLINE T512 __m512i quant256(const float *x, int8_t *q, float *d) {
     __m512 a = _mm512_setzero_ps();
     for (int v = 0; v < 16; v++) a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(x + 16 * v)));
-    float amax = _mm512_reduce_max_ps(a);
-    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float amax = _mm512_reduce_max_ps(a);
+    *d = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(*d != 0.0f ? 1.0f / *d : 0.0f);
+    __m512i qi[16];
     for (int v = 0; v < 16; v++) {
-        __m512 xs = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * v), _mm512_set1_ps(id));
-        __m512i qi = _mm512_cvtps_epi32(xs);
-        _mm_storeu_si128((__m128i *)(q + 16 * v), _mm512_cvtsepi32_epi8(qi));
-        sums[v] = _mm512_reduce_add_epi32(qi);
+        qi[v] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * v), id));
+        _mm_storeu_si128((__m128i *)(q + 16 * v), _mm512_cvtsepi32_epi8(qi[v]));
     }
-    return d;
+    return reduce16(true, qi);
 }
 
 /* Per 256 (kind->ab 256): dx one d per 256; mb per weight block −off·Σq
  * (sym) or Σq as f32 (the tile applies d once per 256). */
 T512 static void act_i8_256(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0,
                             int64_t t1, int8_t *q, float *dx, void *mb) {
-    const int64_t nsb = in / 256, nbk = in / kind->bk, per = kind->bk / 16;
+    const int64_t nsb = in / 256, nbk = in / kind->bk, per_sb = 256 / kind->bk;
+    const __mmask16 m = lanes16(per_sb);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0);
     for (int64_t t = t0; t < t1; t++)
         for (int64_t sb = 0; sb < nsb; sb++) {
-            int32_t s[16];
-            dx[t * nsb + sb] = quant256(x + t * in + 256 * sb, q + t * in + 256 * sb, s);
-            for (int b = 0; b < 16 / per; b++) {
-                int32_t sum = 0;
-                for (int h = 0; h < per; h++) sum += s[b * per + h];
-                const int64_t at = t * nbk + sb * (16 / per) + b;
-                if (kind->sym) ((int32_t *)mb)[at] = -kind->off * sum;
-                else ((float *)mb)[at] = (float)sum;
-            }
+            __m512i s = quant256(x + t * in + 256 * sb, q + t * in + 256 * sb, &dx[t * nsb + sb]);
+            if (kind->bk == 32) /* the sums of 16 in pairs: one per block of 32 */
+                s = _mm512_add_epi32(_mm512_permutexvar_epi32(even, s),
+                                     _mm512_permutexvar_epi32(odd, s));
+            const int64_t at = t * nbk + sb * per_sb;
+            if (kind->sym)
+                _mm512_mask_storeu_epi32((int32_t *)mb + at, m,
+                                         _mm512_mullo_epi32(s, _mm512_set1_epi32(-kind->off)));
+            else _mm512_mask_storeu_ps((float *)mb + at, m, _mm512_cvtepi32_ps(s));
         }
+}
+
+/* Sixteen blocks of 32 as quant32 makes them (Q8_0's weights: bk 32,
+ * symmetric): dx[0..16) and mb[0..16) = −off·Σq of each. */
+INLINE T512 void quant32x16(const mm_i8_kind *kind, const float *x, int8_t *q, float *dx,
+                            int32_t *mb) {
+    __m512i v[16];
+    for (int b = 0; b < 16; b++) {
+        __m512 a0 = _mm512_abs_ps(_mm512_loadu_ps(x + 32 * b));
+        __m512 a1 = _mm512_abs_ps(_mm512_loadu_ps(x + 32 * b + 16));
+        v[b] = _mm512_castps_si512(_mm512_max_ps(a0, a1));
+    }
+    const __m512 amax = _mm512_castsi512_ps(reduce16(false, v));
+    const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+    const __mmask16 nz = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+    _Alignas(64) float id[16];
+    _mm512_store_ps(id, _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), d));
+    __m512 dd = d;
+    if (kind->f16_scale) dd = _mm512_cvtph_ps(_mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT));
+    _mm512_storeu_ps(dx, dd);
+    for (int b = 0; b < 16; b++) {
+        const __m512 ib = _mm512_set1_ps(id[b]);
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b), ib));
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16), ib));
+        _mm_storeu_si128((__m128i *)(q + 32 * b), _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(q + 32 * b + 16), _mm512_cvtsepi32_epi8(q1));
+        v[b] = _mm512_add_epi32(q0, q1);
+    }
+    const __m512i sum = reduce16(true, v);
+    _mm512_storeu_si512(mb, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-kind->off)));
 }
 
 T512 void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
@@ -445,8 +505,13 @@ T512 void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int6
         return;
     }
     const int64_t nb32 = in / 32, nbk = in / kind->bk;
+    const bool x16 = kind->bk == 32 && kind->sym; /* Q8_0: sixteen blocks at a time */
     for (int64_t t = t0; t < t1; t++) {
-        for (int64_t b = 0; b < nb32; b++) {
+        int64_t b = 0;
+        for (; x16 && b + 16 <= nb32; b += 16)
+            quant32x16(kind, x + t * in + 32 * b, q + t * in + 32 * b, dx + t * nb32 + b,
+                       (int32_t *)mb + t * nbk + b);
+        for (; b < nb32; b++) {
             int32_t s[2];
             float d = quant32(x + t * in + 32 * b, kind->f16_scale, q + t * in + 32 * b, s);
             dx[t * nb32 + b] = d;
