@@ -235,7 +235,8 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
     const int Dk = j->Dk, Dv = j->Dv, hk = h % j->Hk;
     const float scale = 1.0f / sqrtf((float)Dk);
     float *S = j->S + (int64_t)h * Dk * Dv;
-    if (j->pos[t0] == 0) memset(S, 0, (size_t)Dk * (size_t)Dv * sizeof *S);
+    const bool fresh = j->pos[t0] == 0; /* a sequence starts: S0 = 0 */
+    if (fresh) memset(S, 0, (size_t)Dk * (size_t)Dv * sizeof *S);
     /* Cumulative log decays in double: e^{G_t−G_s} needs the difference of
      * two long sums accurate to float precision even when both are large. */
     double G[NC];
@@ -264,8 +265,10 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
         memcpy(b->kq + (int64_t)t * Dk, kt, (size_t)Dk * sizeof *kt);
         for (int i = 0; i < Dk; i++) b->kq[(int64_t)(n + t) * Dk + i] = qt[i] * scale;
     }
-    /* P = [K; Q]·S0,  M = [K; Q]·Kᵀ */
-    mm_gemm_nn(tg, 2 * n, Dv, Dk, b->kq, Dk, 1, S, Dv, b->p, Dv, false);
+    /* P = [K; Q]·S0 (0 when S0 is: a prompt's first chunk, all of a short
+     * one, skips half its work),  M = [K; Q]·Kᵀ */
+    if (fresh) memset(b->p, 0, (size_t)(2 * n) * (size_t)Dv * sizeof *b->p);
+    else mm_gemm_nn(tg, 2 * n, Dv, Dk, b->kq, Dk, 1, S, Dv, b->p, Dv, false);
     /* only s ≤ t of k_t·k_s and q_t·k_s is read: strips of rows stop there */
     for (int i0 = 0; i0 < n; i0 += TRI) {
         int rows = n - i0 < TRI ? n - i0 : TRI, cols = i0 + rows;
