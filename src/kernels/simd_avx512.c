@@ -71,6 +71,12 @@ INLINE T512 void dot_store(__m512 c[RM][RN], int mr, int nr, float *C, int64_t l
  * to f32 in registers. */
 enum { W_F32, W_BF16, W_F16 };
 
+/* 16-bit rows are prefetched this many elements ahead (1 KB): the head's
+ * products over 4 to 14 tokens read their weights once, from memory, four
+ * rows at a time, and the hardware's streams alone left them waiting on it
+ * (1024 -> 4096 over 14 tokens from DRAM on 2 threads: 0.81 -> 0.71 ms). */
+enum { PF_AHEAD = 512 };
+
 /* 16 weights of row b from k on as f32; masked (tails): only the lanes of
  * m, the others 0 (a masked load costs Intel an ALU uop beside the load). */
 INLINE T512 __m512 load_w(const int wt, const bool masked, const void *b, int64_t k,
@@ -107,6 +113,10 @@ INLINE T512 void dot_tile(const int wt, const int R, int64_t k, const float *A, 
     int64_t kk = 0;
     for (; kk + 16 <= k; kk += 16) {
         __m512 w[RN];
+        if (wt != W_F32 && (kk & 16)) /* a line per row every 32 elements */
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; j++)
+                _mm_prefetch((const char *)b[j] + (kk + PF_AHEAD) * es, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int j = 0; j < RN; j++) w[j] = load_w(wt, false, b[j], kk, 0);
 #pragma GCC unroll 6
