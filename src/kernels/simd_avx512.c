@@ -73,8 +73,9 @@ enum { W_F32, W_BF16, W_F16 };
 
 /* 16-bit rows are prefetched this many elements ahead (1 KB): the head's
  * products over 4 to 14 tokens read their weights once, from memory, four
- * rows at a time, and the hardware's streams alone left them waiting on it
- * (1024 -> 4096 over 14 tokens from DRAM on 2 threads: 0.81 -> 0.71 ms). */
+ * rows at a time, and with the hardware prefetcher alone they waited on
+ * memory (1024 -> 4096 over 14 tokens from DRAM on 2 threads: 0.81 -> 0.71
+ * ms). */
 enum { PF_AHEAD = 512 };
 
 /* 16 weights of row b from k on as f32; masked (tails): only the lanes of
@@ -576,9 +577,9 @@ INLINE void pf_step(pf_cursor *c) {
  * That saves a multiply per block, and per 256 facc is updated in memory
  * (L1), as the 12 g registers leave no room for it. */
 INLINE T512VNNI void i8_tile(const int bk, const bool sym, const int nsb, int64_t nblk,
-                             const int8_t *A, int64_t lda, const float *dx, int64_t ldx, const void *mb,
-                             int64_t ldm, int mr, const uint8_t *B, int nc, float *C,
-                             int64_t ldc, bool add, pf_cursor *pf) {
+                             const int8_t *A, int64_t lda, const float *dx, int64_t ldx,
+                             const void *mb, int64_t ldm, int mr, const uint8_t *B, int nc,
+                             float *C, int64_t ldc, bool add, pf_cursor *pf) {
     __m512 f[IM][3];
     const int8_t *a[IM];
     const float *d[IM];
