@@ -265,8 +265,9 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
         memcpy(b->kq + (int64_t)t * Dk, kt, (size_t)Dk * sizeof *kt);
         for (int i = 0; i < Dk; i++) b->kq[(int64_t)(n + t) * Dk + i] = qt[i] * scale;
     }
-    /* P = [K; Q]·S0 (0 when S0 is: a prompt's first chunk, all of a short
-     * one, skips half its work),  M = [K; Q]·Kᵀ */
+    /* P = [K; Q]·S0, zero where a sequence starts (a prompt's first chunk,
+     * all of one up to 64 tokens): then not computed, half the chunk's work.
+     * M = [K; Q]·Kᵀ */
     if (fresh) memset(b->p, 0, (size_t)(2 * n) * (size_t)Dv * sizeof *b->p);
     else mm_gemm_nn(tg, 2 * n, Dv, Dk, b->kq, Dk, 1, S, Dv, b->p, Dv, false);
     /* only s ≤ t of k_t·k_s and q_t·k_s is read: strips of rows stop there */
