@@ -91,12 +91,13 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->KC = MM_KC_BF16;
     } else if (avx512 && gather && (w->type == CLEF_DTYPE_BF16 || w->type == CLEF_DTYPE_F16)) {
         p->kind = MM_KIND_BC;
-        p->round_bf16 = bf16_act; /* F16 (and f32_act BF16) meet f32 activations */
+        p->round_bf16 = bf16_act; /* F16 meets f32 activations */
         p->KC = MM_KC_F32;
     } else if (tg->amx && kquant) {
         p->kind = MM_KIND_AMX_KQ;
         p->NP = MM_NP_AMX_KQ;
         p->KC = MM_KC_I8;
+        p->i8.ab = 256; /* its own per-256 activations (amx_act_kq) */
     } else if ((tg->amx || (avx512 && tg->vnni)) && is_i8_type(w->type) && gather) {
         p->kind = tg->amx ? MM_KIND_AMX_I8 : MM_KIND_I8;
         p->KC = MM_KC_I8;
@@ -130,8 +131,8 @@ const char *mm_precision(const cpu_target *tg, const mm_weight *w) {
 int mm_act_block(const cpu_target *tg, const mm_weight *w) {
     mm_plan p;
     if (!plan_make(tg, w, &p)) return 32;
-    if (p.kind == MM_KIND_AMX_KQ) return 256;
-    return p.kind == MM_KIND_I8 || p.kind == MM_KIND_AMX_I8 ? p.i8.ab : 32;
+    const bool i8 = p.kind == MM_KIND_I8 || p.kind == MM_KIND_AMX_I8 || p.kind == MM_KIND_AMX_KQ;
+    return i8 ? p.i8.ab : 32;
 }
 
 /* ---- workspace ---- */

@@ -111,7 +111,8 @@ void avx512_pack_f32_panel(bool f16, const uint16_t *w, int64_t ldw, int64_t np,
 void avx512_round_bf16(const float *x, int64_t n, float *dst);
 /* x rows [t0, t1) to BF16 (round to nearest even), dst rows of `in`. */
 void avx512_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, uint16_t *dst);
-/* x rows [t0, t1) quantized per kind->ab (see above); in % ab == 0. */
+/* x rows [t0, t1) quantized per kind->ab (see above); in % ab == 0.  Per
+ * 32 is Q8_0's alone: bk 32, symmetric. */
 void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
                    int8_t *q, float *dx, void *mb);
 /* Pack rows [r0, r0+np) x k [k0, k0+kc) of w into ceil(np/48) groups. */

@@ -399,8 +399,8 @@ T512BF void avx512_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, 
 
 /* One block of 32: q = round(x/d), d = max|x|/127 (llama.cpp's Q8_0 rule:
  * quantize with 1/d, keep d, for Q8_0 weights rounded through f16).
- * sums[2]: Σq of each half (for 16-blocks). Returns the d the dots use. */
-INLINE T512 float quant32(const float *x, bool f16_scale, int8_t *q, int32_t sums[2]) {
+ * *sum: Σq.  Returns the d the dots use. */
+INLINE T512 float quant32(const float *x, bool f16_scale, int8_t *q, int32_t *sum) {
     __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
     __m512 a = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
     float amax = _mm512_reduce_max_ps(a);
@@ -409,8 +409,7 @@ INLINE T512 float quant32(const float *x, bool f16_scale, int8_t *q, int32_t sum
     __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
     _mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(q0));
     _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtsepi32_epi8(q1));
-    sums[0] = _mm512_reduce_add_epi32(q0);
-    sums[1] = _mm512_reduce_add_epi32(q1);
+    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
     return f16_scale ? clef_f16_to_f32(clef_f32_to_f16(d)) : d;
 }
 
@@ -515,27 +514,18 @@ T512 void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int6
         act_i8_256(kind, x, in, t0, t1, q, dx, mb);
         return;
     }
-    const int64_t nb32 = in / 32, nbk = in / kind->bk;
-    const bool x16 = kind->bk == 32 && kind->sym; /* Q8_0: sixteen blocks at a time */
+    /* per 32: Q8_0's (bk 32, symmetric), sixteen blocks at a time */
+    const int64_t nb = in / 32;
+    int32_t *mi = mb;
     for (int64_t t = t0; t < t1; t++) {
         int64_t b = 0;
-        for (; x16 && b + 16 <= nb32; b += 16)
-            quant32x16(kind, x + t * in + 32 * b, q + t * in + 32 * b, dx + t * nb32 + b,
-                       (int32_t *)mb + t * nbk + b);
-        for (; b < nb32; b++) {
-            int32_t s[2];
-            float d = quant32(x + t * in + 32 * b, kind->f16_scale, q + t * in + 32 * b, s);
-            dx[t * nb32 + b] = d;
-            if (kind->bk == 16) {
-                for (int h = 0; h < 2; h++) {
-                    if (kind->sym) ((int32_t *)mb)[t * nbk + 2 * b + h] = -kind->off * s[h];
-                    else ((float *)mb)[t * nbk + 2 * b + h] = d * (float)s[h];
-                }
-            } else if (kind->sym) {
-                ((int32_t *)mb)[t * nbk + b] = -kind->off * (s[0] + s[1]);
-            } else {
-                ((float *)mb)[t * nbk + b] = d * (float)(s[0] + s[1]);
-            }
+        for (; b + 16 <= nb; b += 16)
+            quant32x16(kind, x + t * in + 32 * b, q + t * in + 32 * b, dx + t * nb + b,
+                       mi + t * nb + b);
+        for (; b < nb; b++) {
+            int32_t s;
+            dx[t * nb + b] = quant32(x + t * in + 32 * b, kind->f16_scale, q + t * in + 32 * b, &s);
+            mi[t * nb + b] = -kind->off * s;
         }
     }
 }

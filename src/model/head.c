@@ -494,7 +494,6 @@ typedef struct head_exec {
     const cpu_target *cpu;
     mm_workspace ws;          /* the kernels' scratch, freed by score      */
     mm_workspace *ws_thread;  /* one per pool thread, for per_head         */
-    int n_threads;
 } head_exec;
 
 /* y[n][w->out] = x[n][w->in] · wᵀ (+ b[out] when b), f32 activations.  Every
@@ -1071,8 +1070,8 @@ clef_status head_score_on(const head_model *h, tp_pool *pool, const cpu_target *
     if (!arena)
         return clef_err_set(err, CLEF_ERR_NOMEM, "decision head: no memory for %d tokens", T);
     const cpu_target ref = {.path = CPU_PATH_REF};
-    head_exec ex = {.pool = pool, .cpu = cpu ? cpu : &ref, .n_threads = tp_size(pool)};
-    ex.ws_thread = calloc((size_t)ex.n_threads, sizeof *ex.ws_thread);
+    head_exec ex = {.pool = pool, .cpu = cpu ? cpu : &ref};
+    ex.ws_thread = calloc((size_t)tp_size(pool), sizeof *ex.ws_thread);
     if (!ex.ws_thread) {
         free(arena);
         free(s.acc);
@@ -1090,7 +1089,7 @@ clef_status head_score_on(const head_model *h, tp_pool *pool, const cpu_target *
         option_logits(h, qs, n_questions, &s, logits);
     }
     mm_workspace_free(&ex.ws);
-    for (int i = 0; i < ex.n_threads; i++) mm_workspace_free(&ex.ws_thread[i]);
+    for (int i = 0; i < tp_size(pool); i++) mm_workspace_free(&ex.ws_thread[i]);
     free(ex.ws_thread);
     free(arena);
     free(s.acc);
