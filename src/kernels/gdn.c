@@ -249,16 +249,6 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
         beta[t] = j->beta[(t0 + t) * j->Hv + h];
     }
     op_exp_ex(path, Gf, gam, n);
-    /* This head's q, k, v rows of the next chunk are a few hundred bytes each,
-     * ld apart in a buffer far larger than the caches: ask for them now so
-     * they arrive while this chunk computes. */
-    for (int64_t t = t0 + n; t < t0 + 2 * n && t < j->T; t++)
-        for (int i = 0; i < Dk; i += 16) {
-            __builtin_prefetch(j->q + t * j->ld + (int64_t)hk * Dk + i);
-            __builtin_prefetch(j->k + t * j->ld + (int64_t)hk * Dk + i);
-        }
-    for (int64_t t = t0 + n; t < t0 + 2 * n && t < j->T; t++)
-        for (int c = 0; c < Dv; c += 16) __builtin_prefetch(j->v + t * j->ld + (int64_t)h * Dv + c);
     for (int t = 0; t < n; t++) {
         const float *kt = j->k + (t0 + t) * j->ld + (int64_t)hk * Dk;
         const float *qt = j->q + (t0 + t) * j->ld + (int64_t)hk * Dk;
