@@ -16,6 +16,7 @@
  * itself allows (|x − x'| ≤ 2^-9|x|; |x − d·q| ≤ d/2 per element).
  * Results must not depend on the thread count (1 vs 3 threads, bitwise).
  * mm_gemm_nn / mm_gemm_nt: against double loops, with transposed strides.
+ * mm_transpose: exact, padding untouched, on shapes with partial 16 x 16 blocks.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -330,6 +331,39 @@ static void test_gemm_paths(void **state) {
            sizeof shapes / sizeof shapes[0]);
 }
 
+/* ---- transpose ---- */
+
+static void check_transpose(const path_case *pc, int64_t rows, int64_t cols) {
+    /* strided source and destination: leading dimensions past the shape */
+    const int64_t lds = cols + 3, ldd = rows + 5;
+    float *src = malloc((size_t)(rows * lds + 1) * sizeof *src);
+    float *dst = malloc((size_t)(cols * ldd + 1) * sizeof *dst);
+    for (int64_t i = 0; i < rows * lds; i++) src[i] = rnd_uniform(-1, 1);
+    for (int64_t i = 0; i < cols * ldd; i++) dst[i] = -7.0f; /* the padding must stay so */
+    mm_transpose(&pc->tg, rows, cols, src, lds, dst, ldd);
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < ldd; r++) {
+            const float want = r < rows ? src[r * lds + c] : -7.0f;
+            if (memcmp(&dst[c * ldd + r], &want, sizeof want) != 0)
+                fail_msg("%s transpose %lldx%lld: dst[%lld][%lld] = %.9g, expected %.9g",
+                         pc->label, (long long)rows, (long long)cols, (long long)c,
+                         (long long)r, dst[c * ldd + r], want);
+        }
+    free(src);
+    free(dst);
+}
+
+static void test_transpose_paths(void **state) {
+    (void)state;
+    path_case pcs[8];
+    int n = usable_targets(pcs);
+    const int64_t shapes[][2] = {{1, 1}, {16, 16}, {256, 128}, {17, 33}, {5, 300}, {129, 7}, {0, 4}};
+    for (int p = 0; p < n; p++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            check_transpose(&pcs[p], shapes[s][0], shapes[s][1]);
+    printf("[simd] transpose: %d paths x %zu shapes exact\n", n, sizeof shapes / sizeof shapes[0]);
+}
+
 /* ---- feature detection and the choice of path ---- */
 
 static void test_cpu_choose(void **state) {
@@ -373,6 +407,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_choose),
         cmocka_unit_test(test_gemm_paths),
+        cmocka_unit_test(test_transpose_paths),
         cmocka_unit_test(test_matmul_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -130,4 +130,8 @@ void mm_gemm_nn(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const 
 void mm_gemm_nt(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const float *A,
                 int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
 
+/* dst[c·ldd + r] = src[r·lds + c] for r < rows, c < cols (f32, exact). */
+void mm_transpose(const cpu_target *tg, int64_t rows, int64_t cols, const float *src,
+                  int64_t lds, float *dst, int64_t ldd);
+
 #endif

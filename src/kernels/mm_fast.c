@@ -509,6 +509,17 @@ void mm_gemm_nt(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const 
         }
 }
 
+void mm_transpose(const cpu_target *tg, int64_t rows, int64_t cols, const float *src,
+                  int64_t lds, float *dst, int64_t ldd) {
+    const cpu_path path = tg ? tg->path : CPU_PATH_REF;
+    if (path == CPU_PATH_AVX512 || path == CPU_PATH_AMX) {
+        avx512_transpose(rows, cols, src, lds, dst, ldd);
+        return;
+    }
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++) dst[c * ldd + r] = src[r * lds + c];
+}
+
 /* ---- portable helpers ---- */
 
 void mm_dequant_rows(const mm_weight *w, int64_t r0, int64_t nr, int64_t k0, int64_t kc,

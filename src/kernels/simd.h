@@ -102,6 +102,10 @@ void avx512_dot_w16(bool f16, int64_t kc, const float *x, int64_t ldx, int64_t T
  * fold: the broadcast as each FMA's memory operand (cpu_target.bcast_fold). */
 void avx512_gemm_nn(bool fold, int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa,
                     int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
+/* dst[c·ldd + r] = src[r·lds + c], r < rows, c < cols: 16 x 16 blocks
+ * transposed in registers. */
+void avx512_transpose(int64_t rows, int64_t cols, const float *src, int64_t lds, float *dst,
+                      int64_t ldd);
 /* BF16 (f16: F16) w rows [0, np) (np <= MM_BC_NP, ldw elements apart) x
  * k [0, kc) widened to the broadcast form's B: dst[k·MM_BC_NP + r] (f32,
  * exact). */

@@ -337,6 +337,51 @@ T512 void avx512_gemm_nn(bool fold, int64_t m, int64_t n, int64_t k, const float
     }
 }
 
+/* r[0..16) rows of a 16 x 16 block become its columns: pairs interleaved,
+ * then 4-lane groups, then the 128-bit lanes in two steps. */
+INLINE T512 void transpose16x16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    /* u[4i + j], 128-bit lane L: column 4L + j of rows 4i .. 4i+3 */
+    for (int i = 0; i < 16; i += 4) {
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
+        __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
+        __m512 w0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+        r[j] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+        r[4 + j] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+        r[8 + j] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
+        r[12 + j] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+    }
+}
+
+T512 void avx512_transpose(int64_t rows, int64_t cols, const float *src, int64_t lds, float *dst,
+                           int64_t ldd) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+        const int nr = (int)(rows - r0 < 16 ? rows - r0 : 16);
+        const __mmask16 rm = lanes16(nr);
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+            const int nc = (int)(cols - c0 < 16 ? cols - c0 : 16);
+            const __mmask16 cm = lanes16(nc);
+            __m512 b[16];
+            for (int i = 0; i < 16; i++)
+                b[i] = i < nr ? _mm512_maskz_loadu_ps(cm, src + (r0 + i) * lds + c0)
+                              : _mm512_setzero_ps();
+            transpose16x16(b);
+            for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(dst + (c0 + c) * ldd + r0, rm, b[c]);
+        }
+    }
+}
+
 /* mm_round_bf16, 16 at a time: the same integer rounding, so the same bits. */
 T512 void avx512_round_bf16(const float *x, int64_t n, float *dst) {
     const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
@@ -1097,6 +1142,8 @@ void avx512_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, cons
                      int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
 void avx512_gemm_nn(bool fold, int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa,
                     int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {}
+void avx512_transpose(int64_t rows, int64_t cols, const float *src, int64_t lds, float *dst,
+                      int64_t ldd) {}
 void avx512_pack_f32_panel(bool f16, const uint16_t *w, int64_t ldw, int64_t np, int64_t kc,
                            float *dst) {}
 void avx512_round_bf16(const float *x, int64_t n, float *dst) {}
