@@ -108,36 +108,49 @@ static int item_cmp(const void *x, const void *y) {
     return a->cost < b->cost ? 1 : a->cost > b->cost ? -1 : (a->kh > b->kh) - (a->kh < b->kh);
 }
 
-/* p[0, n) *= s; returns their maximum.  Sixteen running maxima make the
- * loop vectorise (a max is exact, so the order does not matter). */
-static inline __attribute__((always_inline)) float scale_max(float *p, int64_t n, float s) {
-    float mx[16], m = -INFINITY;
-    for (int u = 0; u < 16; u++) mx[u] = -INFINITY;
-    int64_t c = 0;
-    for (; c + 16 <= n; c += 16)
-        for (int u = 0; u < 16; u++) {
-            float v = p[c + u] * s;
-            p[c + u] = v;
-            mx[u] = v > mx[u] ? v : mx[u];
-        }
-    for (; c < n; c++) {
-        p[c] *= s;
-        m = p[c] > m ? p[c] : m;
-    }
-    for (int u = 0; u < 16; u++) m = mx[u] > m ? mx[u] : m;
-    return m;
+/* The first query row that sees key c of a block: query i sees the keys up
+ * to its own, qkey + i (block-relative), so rows from (c − qkey)·group on. */
+static inline int64_t key_lo(int64_t c, int64_t qkey, int group, int64_t rows) {
+    const int64_t lo = (c - qkey) * group;
+    return lo < 0 ? 0 : lo > rows ? rows : lo;
 }
 
-/* Σ p[0, n) as sixteen running sums, then those in order: a fixed order
- * for a given n, which the vector unit can follow. */
-static inline __attribute__((always_inline)) float sum16(const float *p, int64_t n) {
-    float acc[16] = {0}, sum = 0.0f;
-    int64_t c = 0;
-    for (; c + 16 <= n; c += 16)
-        for (int u = 0; u < 16; u++) acc[u] += p[c + u];
-    for (int u = 0; u < 16; u++) sum += acc[u];
-    for (; c < n; c++) sum += p[c];
-    return sum;
+/* Scores to probabilities for one key block, in place in P [nb][rows]
+ * (scores transposed: a key per row, a query row per column).  Query rows
+ * r >= lo(c) see key c: the causal mask of a key row is a prefix of its
+ * columns, so every loop runs along the query rows with no mask inside it.
+ * m, l: each query row's running maximum and normaliser; O [rows][D] is
+ * rescaled where the maximum grows.  bm [rows] is scratch. */
+static inline __attribute__((always_inline)) void
+block_softmax(const attn_fast_job *j, float *P, int64_t nb, int64_t rows, int64_t qkey,
+              int group, float *m, float *l, float *bm, float *O) {
+    const int D = j->a.D;
+    const float scale = j->a.scale;
+    for (int64_t r = 0; r < rows; r++) bm[r] = m[r];
+    for (int64_t c = 0; c < nb; c++) {
+        float *pc = P + c * rows;
+        for (int64_t r = key_lo(c, qkey, group, rows); r < rows; r++) {
+            const float sc = pc[r] * scale;
+            pc[r] = sc;
+            bm[r] = sc > bm[r] ? sc : bm[r];
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        if (!(bm[r] > m[r])) continue;
+        /* rescale what was accumulated under the old maximum */
+        const float corr = expf(m[r] - bm[r]);
+        l[r] *= corr;
+        for (int d = 0; d < D; d++) O[r * D + d] *= corr;
+        m[r] = bm[r];
+    }
+    for (int64_t c = 0; c < nb; c++) {
+        float *pc = P + c * rows;
+        const int64_t lo = key_lo(c, qkey, group, rows);
+        for (int64_t r = 0; r < lo; r++) pc[r] = 0.0f;
+        for (int64_t r = lo; r < rows; r++) pc[r] -= m[r];
+        op_exp_ex(j->cpu->path, pc + lo, pc + lo, rows - lo);
+        for (int64_t r = lo; r < rows; r++) l[r] += pc[r];
+    }
 }
 
 /* One item: rows r = i·group + hg for query token t0+i and head kh·group+hg. */
@@ -145,11 +158,14 @@ static inline __attribute__((always_inline)) void attn_item_body(const attn_fast
     const attn_job *a = &j->a;
     const int D = a->D, group = a->H / a->Hkv;
     const int64_t kvs = (int64_t)a->Hkv * D, rows = it->n * group;
-    float *Q = buf, *O = Q + rows * D, *P = O + rows * D, *m = P + rows * KB, *l = m + rows;
-    float *Kb = l + rows, *Vb = Kb + KB * D; /* the block's keys / values, contiguous */
-    for (int64_t i = 0; i < it->n; i++)
-        memcpy(Q + i * group * D, a->q + ((it->t0 + i) * a->H + (int64_t)it->kh * group) * D,
-               (size_t)(group * D) * sizeof *Q);
+    float *Qt = buf, *O = Qt + rows * D, *P = O + rows * D, *m = P + rows * KB, *l = m + rows;
+    float *bm = l + rows, *Kb = bm + rows, *Vb = Kb + KB * D; /* the block's keys / values */
+    /* Qᵀ [D][rows]: the scores come out transposed, Pᵀ = K·Qᵀ, on the same
+     * broadcast kernel as P·V (the dot-product form is slower at these sizes) */
+    for (int64_t i = 0; i < it->n; i++) /* O holds the rows meanwhile */
+        memcpy(O + i * group * D, a->q + ((it->t0 + i) * a->H + (int64_t)it->kh * group) * D,
+               (size_t)(group * D) * sizeof *O);
+    mm_transpose(j->cpu, rows, D, O, D, Qt, rows);
     memset(O, 0, (size_t)(rows * D) * sizeof *O);
     for (int64_t r = 0; r < rows; r++) {
         m[r] = -INFINITY;
@@ -165,29 +181,9 @@ static inline __attribute__((always_inline)) void attn_item_body(const attn_fast
             memcpy(Kb + c * D, a->k + (j0 + c) * kvs + (int64_t)it->kh * D, (size_t)D * sizeof *Kb);
             memcpy(Vb + c * D, a->v + (j0 + c) * kvs + (int64_t)it->kh * D, (size_t)D * sizeof *Vb);
         }
-        mm_gemm_nt(j->cpu, rows, nb, D, Q, D, Kb, D, P, KB, false);
-        for (int64_t r = 0; r < rows; r++) {
-            float *p = P + r * KB;
-            int64_t valid = a->q0 + it->t0 + r / group - j0 + 1; /* keys up to the query itself */
-            if (valid > nb) valid = nb;
-            if (valid <= 0) {
-                memset(p, 0, (size_t)nb * sizeof *p);
-                continue;
-            }
-            const float bmax = scale_max(p, valid, a->scale);
-            if (bmax > m[r]) {
-                /* rescale what was accumulated under the old maximum */
-                float corr = expf(m[r] - bmax);
-                l[r] *= corr;
-                for (int d = 0; d < D; d++) O[r * D + d] *= corr;
-                m[r] = bmax;
-            }
-            for (int64_t c = 0; c < valid; c++) p[c] -= m[r];
-            op_exp_ex(j->cpu->path, p, p, valid);
-            l[r] += sum16(p, valid);
-            for (int64_t c = valid; c < nb; c++) p[c] = 0.0f;
-        }
-        mm_gemm_nn(j->cpu, rows, D, nb, P, KB, 1, Vb, D, O, D, true);
+        mm_gemm_nn(j->cpu, nb, rows, D, Kb, D, 1, Qt, rows, P, rows, false);
+        block_softmax(j, P, nb, rows, a->q0 + it->t0 - j0, group, m, l, bm, O);
+        mm_gemm_nn(j->cpu, rows, D, nb, P, 1, rows, Vb, D, O, D, true); /* O += (Pᵀ)ᵀ·V */
     }
     for (int64_t i = 0; i < it->n; i++)
         for (int hg = 0; hg < group; hg++) {
@@ -242,7 +238,7 @@ void attn_causal_ex(const cpu_target *cpu, tp_pool *pool, const float *q, const 
     for (int64_t t = 0; t < Tq; t++)
         if (t == 0 || pos[t] != pos[t - 1] + 1 || pos[t] % QB == 0) n_runs++;
     attn_fast_job j = {.cpu = cpu, .a = {q, k, v, pos, q0, Tq, H, Hkv, D, scale, out}};
-    j.thread_floats = (size_t)QB * group * (2 * (size_t)D + KB + 2) + 2 * (size_t)KB * D;
+    j.thread_floats = (size_t)QB * group * (2 * (size_t)D + KB + 3) + 2 * (size_t)KB * D;
     j.items = malloc((size_t)(n_runs * Hkv) * sizeof *j.items);
     j.scratch = malloc((size_t)tp_size(pool) * j.thread_floats * sizeof *j.scratch);
     if (!j.items || !j.scratch) {

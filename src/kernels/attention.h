@@ -30,14 +30,14 @@ void attn_causal(tp_pool *pool, const float *q, const float *k, const float *v,
 /* attn_causal on the kernels of the target cpu.  ref: attn_causal itself.  Other
  * paths: per work item (one K/V head, up to ATTN_QBLOCK query tokens of one
  * sequence, all the query heads that share the K/V head) the scores of a
- * block of ATTN_FAST_KEYS keys are one small GEMM (mm_gemm_nt), the online
- * softmax runs on them with the vector e^x, and P·V is another GEMM
- * (mm_gemm_nn).  Key blocks start at the sequence's first key, as in
+ * block of ATTN_FAST_KEYS keys are one small GEMM computed transposed
+ * (Pᵀ = K·Qᵀ, mm_gemm_nn), the online softmax runs along its rows with the
+ * vector e^x, and P·V is another mm_gemm_nn.  Key blocks start at the sequence's first key, as in
  * attn_causal, so a query's result does not depend on which other queries
  * share its call.  Items go to threads from a shared counter, costliest
  * first.  Scratch: O(ATTN_QBLOCK · group · D) per thread; without it
  * attn_causal runs instead. */
-#define ATTN_QBLOCK 32
+#define ATTN_QBLOCK 64
 #define ATTN_FAST_KEYS 128
 void attn_causal_ex(const cpu_target *cpu, tp_pool *pool, const float *q, const float *k,
                     const float *v, const int32_t *pos, int64_t q0, int64_t Tq, int H, int Hkv,
