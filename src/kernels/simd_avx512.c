@@ -1029,14 +1029,32 @@ T512 void avx512_mul_sigmoid(float *x, const float *g, int64_t n) {
     }
 }
 
+/* Σ_{k ≥ first} hist_k·w_k for 16 channels, product then sum, each rounded:
+ * the reference's order. */
+INLINE T512 __m512 conv16(const float *hist, const float *wt, int64_t ld, int first, int K,
+                          __mmask16 m) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int k = first; k < K; k++)
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, hist + k * ld),
+                                               _mm512_maskz_loadu_ps(m, wt + k * ld)));
+    return acc;
+}
+
 T512 void avx512_conv_silu_row(const float *hist, const float *wt, int64_t ld, int first, int K,
                                float *o, int64_t n) {
-    for (int64_t i = 0; i < n; i += 16) {
+    int64_t i = 0;
+    /* four vectors at a time: each one's SiLU is a chain of some twenty
+     * dependent steps, and one chain at a time left the core waiting */
+    for (; i + 64 <= n; i += 64) {
+        __m512 a[4];
+        for (int u = 0; u < 4; u++)
+            a[u] = conv16(hist + i + 16 * u, wt + i + 16 * u, ld, first, K, 0xFFFF);
+        for (int u = 0; u < 4; u++)
+            _mm512_storeu_ps(o + i + 16 * u, _mm512_mul_ps(a[u], sigmoid16(a[u])));
+    }
+    for (; i < n; i += 16) {
         const __mmask16 m = lanes16(n - i);
-        __m512 acc = _mm512_setzero_ps();
-        for (int k = first; k < K; k++) /* product then sum, each rounded: the reference's */
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, hist + k * ld + i),
-                                                   _mm512_maskz_loadu_ps(m, wt + k * ld + i)));
+        __m512 acc = conv16(hist + i, wt + i, ld, first, K, m);
         _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(acc, sigmoid16(acc)));
     }
 }
