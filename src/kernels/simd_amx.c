@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "kernels/kquant_x86.h"
+#include "kernels/transpose_x86.h"
 
 #define TAMX                                                                           \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,"            \
@@ -74,33 +75,6 @@ INLINE TAMX __mmask16 lanes16(int64_t n) {
 
 /* ==== BF16 ================================================================== */
 
-/* In place, r becomes its 16 x 16 dword transpose: r[j] = dword j of each
- * of the 16 rows given. */
-INLINE TAMX void transpose16x16(__m512i r[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    /* u[4i+m], 128-bit lane L: column 4L+m of rows 4i..4i+3 */
-    for (int m = 0; m < 4; m++) {
-        __m512i p0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44);
-        __m512i p1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xEE);
-        __m512i q0 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44);
-        __m512i q1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xEE);
-        r[m] = _mm512_shuffle_i32x4(p0, q0, 0x88);
-        r[4 + m] = _mm512_shuffle_i32x4(p0, q0, 0xDD);
-        r[8 + m] = _mm512_shuffle_i32x4(p1, q1, 0x88);
-        r[12 + m] = _mm512_shuffle_i32x4(p1, q1, 0xDD);
-    }
-}
-
 /* Row groups in a packed BF16 panel of np rows: a whole number of pairs. */
 INLINE int64_t bf16_groups(int64_t np) { return (np + 31) / 32 * 2; }
 
@@ -119,7 +93,7 @@ TAMX void amx_pack_bf16(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, 
             __m512i r[16];
             for (int i = 0; i < 16; i++)
                 r[i] = rows[i] ? _mm512_loadu_si512(rows[i] + 32 * kb) : _mm512_setzero_si512();
-            transpose16x16(r);
+            x86_transpose16x16(r);
             uint16_t *tile = dst + (size_t)(kb * nsg + sg) * 512;
             for (int j = 0; j < 16; j++) _mm512_store_si512(tile + 32 * j, r[j]);
         }
@@ -460,7 +434,7 @@ INLINE TAMX void kq_pack_record(uint32_t type, const kq_form *fm, const uint8_t 
             }
         }
         for (int p = 0; p < fm->planes; p++) {
-            transpose16x16(pl[p]);
+            x86_transpose16x16(pl[p]);
             for (int r = 0; r < 16; r++)
                 _mm512_store_si512(rec + p * KQ_PLANE + 1024 * c + 64 * r, pl[p][r]);
         }

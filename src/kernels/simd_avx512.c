@@ -19,6 +19,7 @@
 #include "core/dtype.h"
 #include "kernels/dequant.h"
 #include "kernels/kquant_x86.h"
+#include "kernels/transpose_x86.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 #define T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,avx512bf16")))
@@ -337,33 +338,6 @@ T512 void avx512_gemm_nn(bool fold, int64_t m, int64_t n, int64_t k, const float
     }
 }
 
-/* r[0..16) rows of a 16 x 16 block become its columns: pairs interleaved,
- * then 4-lane groups, then the 128-bit lanes in two steps. */
-INLINE T512 void transpose16x16(__m512 r[16]) {
-    __m512 t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    /* u[4i + j], 128-bit lane L: column 4L + j of rows 4i .. 4i+3 */
-    for (int i = 0; i < 16; i += 4) {
-        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
-    for (int j = 0; j < 4; j++) {
-        __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
-        __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
-        __m512 w0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
-        __m512 w1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
-        r[j] = _mm512_shuffle_f32x4(v0, w0, 0x88);
-        r[4 + j] = _mm512_shuffle_f32x4(v1, w1, 0x88);
-        r[8 + j] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
-        r[12 + j] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
-    }
-}
-
 T512 void avx512_transpose(int64_t rows, int64_t cols, const float *src, int64_t lds, float *dst,
                            int64_t ldd) {
     for (int64_t r0 = 0; r0 < rows; r0 += 16) {
@@ -372,12 +346,13 @@ T512 void avx512_transpose(int64_t rows, int64_t cols, const float *src, int64_t
         for (int64_t c0 = 0; c0 < cols; c0 += 16) {
             const int nc = (int)(cols - c0 < 16 ? cols - c0 : 16);
             const __mmask16 cm = lanes16(nc);
-            __m512 b[16];
+            __m512i b[16]; /* the bits moved as dwords: exact */
             for (int i = 0; i < 16; i++)
-                b[i] = i < nr ? _mm512_maskz_loadu_ps(cm, src + (r0 + i) * lds + c0)
-                              : _mm512_setzero_ps();
-            transpose16x16(b);
-            for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(dst + (c0 + c) * ldd + r0, rm, b[c]);
+                b[i] = i < nr ? _mm512_maskz_loadu_epi32(cm, src + (r0 + i) * lds + c0)
+                              : _mm512_setzero_si512();
+            x86_transpose16x16(b);
+            for (int c = 0; c < nc; c++)
+                _mm512_mask_storeu_epi32(dst + (c0 + c) * ldd + r0, rm, b[c]);
         }
     }
 }
