@@ -240,7 +240,7 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
     /* Cumulative log decays in double: e^{G_t−G_s} needs the difference of
      * two long sums accurate to float precision even when both are large. */
     double G[NC];
-    float Gf[NC], gam[NC], beta[NC];
+    float Gf[NC] = {0}, gam[NC], beta[NC]; /* {0}: GCC cannot see n >= 1 */
     double acc = 0.0;
     for (int t = 0; t < n; t++) {
         acc += j->g[(t0 + t) * j->Hv + h];
