@@ -126,6 +126,8 @@ static int usable_targets(path_case *out) {
     out[n++] = (path_case){"ref", {.path = CPU_PATH_REF}};
     if (cpu_path_supported(&f, CPU_PATH_AVX2)) out[n++] = (path_case){"avx2", {.path = CPU_PATH_AVX2}};
     else printf("[simd] skip avx2: not supported here\n");
+    if (cpu_path_supported(&f, CPU_PATH_NEON)) out[n++] = (path_case){"neon", {.path = CPU_PATH_NEON}};
+    else printf("[simd] skip neon: not supported here\n");
     if (cpu_path_supported(&f, CPU_PATH_AVX512)) {
         /* both broadcast forms, BF16 both widened to f32 and on vdpbf16ps,
          * whichever this CPU's own choice is */
@@ -400,7 +402,18 @@ static void test_cpu_choose(void **state) {
         assert_int_equal(t.bcast_fold, f.amd);
         assert_int_equal(t.vnni, f.avx512vnni);
     }
+    /* NEON is AArch64's and every AArch64 CPU has it: auto picks it there */
+#if defined(__aarch64__)
+    assert_true(f.neon);
+    assert_int_equal(cpu_choose(NULL, &f, &t, &err), CLEF_OK);
+    assert_int_equal(t.path, CPU_PATH_NEON);
+#else
+    assert_false(f.neon);
+    assert_int_equal(cpu_choose("neon", &f, &t, &err), CLEF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "neon"));
+#endif
     assert_string_equal(cpu_path_name(CPU_PATH_AVX512), "avx512");
+    assert_string_equal(cpu_path_name(CPU_PATH_NEON), "neon");
 }
 
 int main(void) {

@@ -72,7 +72,12 @@ static bool amx_request_permission(void) {
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 #else
-void cpu_detect(cpu_features *f) { memset(f, 0, sizeof *f); }
+void cpu_detect(cpu_features *f) {
+    memset(f, 0, sizeof *f);
+#if defined(__aarch64__)
+    f->neon = true; /* Advanced SIMD is mandatory in AArch64 */
+#endif
+}
 static bool amx_request_permission(void) { return false; }
 #endif
 
@@ -104,12 +109,13 @@ bool cpu_path_supported(const cpu_features *f, cpu_path path) {
     case CPU_PATH_AVX512: return f->avx512f && f->avx512bw && f->avx512vl && f->avx2 && f->fma;
     case CPU_PATH_AMX:
         return cpu_path_supported(f, CPU_PATH_AVX512) && f->amx_tile && f->amx_bf16 && f->amx_int8;
+    case CPU_PATH_NEON: return f->neon;
     default: return false;
     }
 }
 
 const char *cpu_path_name(cpu_path path) {
-    static const char *const names[CPU_PATH_COUNT] = {"ref", "avx2", "avx512", "amx"};
+    static const char *const names[CPU_PATH_COUNT] = {"ref", "avx2", "avx512", "amx", "neon"};
     return (unsigned)path < CPU_PATH_COUNT ? names[path] : "?";
 }
 
@@ -141,11 +147,12 @@ clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *o
         /* amx when Linux grants the tile permission, else the next best */
         path = cpu_path_supported(f, CPU_PATH_AVX512) ? CPU_PATH_AVX512
              : cpu_path_supported(f, CPU_PATH_AVX2)   ? CPU_PATH_AVX2
+             : cpu_path_supported(f, CPU_PATH_NEON)   ? CPU_PATH_NEON
                                                       : CPU_PATH_REF;
         if (cpu_path_supported(f, CPU_PATH_AMX) && amx_request_permission()) path = CPU_PATH_AMX;
     } else if (!parse_path(request, &path)) {
         return clef_err_set(err, CLEF_ERR_INVALID_ARG,
-                            "CLEF_CPU='%.40s' is not one of ref, avx2, avx512, amx, auto", request);
+                            "CLEF_CPU='%.40s' is not one of ref, avx2, avx512, amx, neon, auto", request);
     } else if (!cpu_path_supported(f, path)) {
         return clef_err_set(err, CLEF_ERR_UNSUPPORTED,
                             "CLEF_CPU=%s: this CPU (or OS) lacks the instructions it needs", request);

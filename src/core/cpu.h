@@ -7,8 +7,8 @@
  * (qwen35_load) and kept in the model: cpu_target says which kernel family
  * runs and which optional instructions those kernels may use.
  *
- * Paths (CLEF_CPU=ref|avx2|avx512|amx forces one; unset or "auto" picks the
- * best the CPU has):
+ * Paths (CLEF_CPU=ref|avx2|avx512|amx|neon forces one; unset or "auto" picks
+ * the best the CPU has):
  *   ref     portable C, weights dequantized to f32, f32 activations: the
  *           arbiter every other path is tested against
  *   avx2    AVX2+FMA: f32 kernels (BF16/quantized weights widened to f32;
@@ -23,7 +23,11 @@
  *           TDPBF16PS / TDPBSSD / TDPBSUD.  Needs the tile-data
  *           permission from Linux (arch_prctl ARCH_REQ_XCOMP_PERM);
  *           "auto" asks for it and falls back to avx512 when refused
- * On other architectures only `ref` exists.
+ *   neon    AArch64 Advanced SIMD (every AArch64 CPU has it): the avx2
+ *           path's f32 kernels on 4-float vectors, with the same
+ *           precisions (BF16 weights meet BF16-rounded activations,
+ *           quantized weights are dequantized to f32)
+ * Elsewhere only `ref` exists.
  */
 #ifndef CLEF_CORE_CPU_H
 #define CLEF_CORE_CPU_H
@@ -37,6 +41,7 @@ typedef enum cpu_path {
     CPU_PATH_AVX2,
     CPU_PATH_AVX512,
     CPU_PATH_AMX,
+    CPU_PATH_NEON,
     CPU_PATH_COUNT,
 } cpu_path;
 
@@ -47,6 +52,7 @@ typedef struct cpu_features {
     bool avx512bf16, avx512vnni;
     bool amx_tile, amx_bf16, amx_int8;  /* CPU + XCR0; the permission is separate */
     bool amd;                           /* vendor AuthenticAMD                  */
+    bool neon;                          /* AArch64 Advanced SIMD                */
 } cpu_features;
 
 /* The kernels a model runs with. */
@@ -62,7 +68,8 @@ typedef struct cpu_target {
     bool amx;       /* AMX tiles usable (permission granted)                   */
 } cpu_target;
 
-/* Fill *f from CPUID/XGETBV (all false off x86-64). */
+/* Fill *f from CPUID/XGETBV on x86-64; on AArch64 only neon (always
+ * there); elsewhere all false. */
 void cpu_detect(cpu_features *f);
 
 /* Can this CPU run `path`'s kernels? */
@@ -85,7 +92,7 @@ clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *o
 unsigned long cpu_fp_flush_enter(void);
 void cpu_fp_restore(unsigned long prev);
 
-/* "ref", "avx2", "avx512", "amx". */
+/* "ref", "avx2", "avx512", "amx", "neon". */
 const char *cpu_path_name(cpu_path path);
 
 /* A short description of the target, e.g. "avx512+bf16+vnni" (static). */

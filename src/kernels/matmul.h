@@ -25,7 +25,7 @@
  *                   with one f32 scale per block, as llama.cpp does: 32
  *                   for Q8_0 (Q8_0's layout, the scale rounded through
  *                   f16), 256 for the K-quants (Q8_K's), integer dots by
- *                   vpdpbusd; elsewhere dequantized weights with f32
+ *                   vpdpbusd; elsewhere (avx2, neon) dequantized weights with f32
  *                   activations
  *   F16 weights     dequantized, f32 activations
  *   f32_act BF16 / F16   f32 activations; on avx512 and amx the rows widened
@@ -118,7 +118,7 @@ const char *mm_precision(const cpu_target *tg, const mm_weight *w);
 int mm_act_block(const cpu_target *tg, const mm_weight *w);
 
 /* Small dense products on one thread, for attention and the delta rule
- * (f32; tg NULL or path ref: plain loops, avx2/avx512/amx: register-tiled
+ * (f32; tg NULL or path ref: plain loops, avx2/avx512/amx/neon: register-tiled
  * FMA kernels in the target's broadcast form):
  *   mm_gemm_nn:  C[i][j] = (add ? C[i][j] : 0) + Σ_k A[i·rsa + k·csa] · B[k·ldb + j]
  *   mm_gemm_nt:  C[i][j] = (add ? C[i][j] : 0) + Σ_k A[i·lda + k] · B[j·ldb + k]

@@ -57,6 +57,8 @@ enum {
     MM_NP_AMX_KQ = 64,      /* four subgroups of 16 rows                   */
 };
 
+static bool is_avx512(cpu_path p) { return p == CPU_PATH_AVX512 || p == CPU_PATH_AMX; }
+
 static bool is_i8_type(uint32_t t) {
     return t == CLEF_DTYPE_Q8_0 || t == CLEF_DTYPE_Q4_K || t == CLEF_DTYPE_Q5_K || t == CLEF_DTYPE_Q6_K;
 }
@@ -69,7 +71,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
     p->type = w->type;
     p->NP = MM_NP;
     if (tg->path == CPU_PATH_REF) return false;
-    bool avx512 = tg->path == CPU_PATH_AVX512 || tg->path == CPU_PATH_AMX;
+    const bool avx512 = is_avx512(tg->path); /* else avx2 or neon: the DOT_F32 kind */
     /* the packers that gather from 16 rows (the widened panels, and the
      * I8 groups' scales) need their offsets in int32 */
     const bool gather = w->row_bytes <= INT32_MAX / 16;
@@ -258,18 +260,21 @@ static void act_task(void *ctx, int ith, int nth) {
         avx512_act_i8(&j->p.i8, j->x, in, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dx, (void *)j->i8.mb);
         if (j->p.kind == MM_KIND_AMX_I8) transpose_scales(j, t0, tp);
         break;
-    default:
-        if (j->p.path == CPU_PATH_AVX2) /* avx2: the widened BF16 dot path */
-            mm_round_bf16(j->x + t0 * in, (t1 - t0) * in, (float *)j->act + t0 * in);
-        else avx512_round_bf16(j->x + t0 * in, (t1 - t0) * in, (float *)j->act + t0 * in);
+    default: /* BF16 weights widened to f32 meet BF16-rounded activations */
+        if (is_avx512(j->p.path))
+            avx512_round_bf16(j->x + t0 * in, (t1 - t0) * in, (float *)j->act + t0 * in);
+        else mm_round_bf16(j->x + t0 * in, (t1 - t0) * in, (float *)j->act + t0 * in);
         break;
     }
 }
 
 static void dot_f32(const mm_plan *p, int64_t kc, const float *x, int64_t ldx, int64_t T,
                     const float *w, int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
-    if (p->path == CPU_PATH_AVX2) avx2_dot_f32(kc, x, ldx, T, w, ldw, np, y, ldy, add);
-    else avx512_dot_f32(kc, x, ldx, T, w, ldw, np, y, ldy, add);
+    switch (p->path) {
+    case CPU_PATH_AVX2: avx2_dot_f32(kc, x, ldx, T, w, ldw, np, y, ldy, add); break;
+    case CPU_PATH_NEON: neon_dot_f32(kc, x, ldx, T, w, ldw, np, y, ldy, add); break;
+    default: avx512_dot_f32(kc, x, ldx, T, w, ldw, np, y, ldy, add); break;
+    }
 }
 
 /* The int8 tile kernel reads quant rows from T up to act_rows: zero them
@@ -480,6 +485,7 @@ void mm_gemm_nn(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const 
         avx512_gemm_nn(tg->bcast_fold, m, n, kdim, A, rsa, csa, B, ldb, C, ldc, add);
         return;
     case CPU_PATH_AVX2: avx2_gemm_nn(m, n, kdim, A, rsa, csa, B, ldb, C, ldc, add); return;
+    case CPU_PATH_NEON: neon_gemm_nn(m, n, kdim, A, rsa, csa, B, ldb, C, ldc, add); return;
     default: break;
     }
     for (int64_t i = 0; i < m; i++) {
@@ -500,6 +506,7 @@ void mm_gemm_nt(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const 
     case CPU_PATH_AVX512:
     case CPU_PATH_AMX: avx512_dot_f32(kdim, A, lda, m, B, ldb, n, C, ldc, add); return;
     case CPU_PATH_AVX2: avx2_dot_f32(kdim, A, lda, m, B, ldb, n, C, ldc, add); return;
+    case CPU_PATH_NEON: neon_dot_f32(kdim, A, lda, m, B, ldb, n, C, ldc, add); return;
     default: break;
     }
     for (int64_t i = 0; i < m; i++)

@@ -3,9 +3,9 @@
  * the denominator of `clef bench`'s "fraction of peak".
  *
  * Every thread of the pool runs the same register-resident loop of the one
- * instruction the path's matmuls are built on (f32 FMA, vdpbf16ps or
- * vpdpbusd, or on amx the tile products TDPBF16PS / TDPBSUD on four
- * accumulator tiles; kernels/simd.h); no memory is touched, so this is the
+ * instruction the path's matmuls are built on (f32 FMA on ymm, zmm or NEON
+ * vectors, vdpbf16ps or vpdpbusd, or on amx the tile products TDPBF16PS /
+ * TDPBSUD on four accumulator tiles; kernels/simd.h); no memory is touched, so this is the
  * arithmetic ceiling, not a achievable matmul rate.  The ref path's loop is
  * portable C with eight independent multiply-add chains (whatever the
  * compiler makes of it for the baseline target).  The fastest of five
@@ -47,6 +47,7 @@ static double peak_run(const peak_job *j) {
     case CPU_PATH_AVX512:
     case CPU_PATH_AMX: return avx512_peak(j->kind, j->iters);
     case CPU_PATH_AVX2: return avx2_peak(j->iters);
+    case CPU_PATH_NEON: return neon_peak(j->iters);
     default: return ref_peak(j->iters);
     }
 }

@@ -1,11 +1,13 @@
 /*
  * kernels/simd.h — internal interface between the kernel dispatchers
  * (mm_fast.c, attention.c, gdn.c, ops.c) and the per-ISA code
- * (simd_avx512.c, simd_avx2.c).  Not for use outside src/kernels.
+ * (simd_avx512.c, simd_amx.c, simd_avx2.c, simd_neon.c).  Not for use
+ * outside src/kernels.
  *
  * Every function here is defined on every build so that the dispatchers link
- * unchanged; off x86-64 the ISA definitions have empty bodies, and cpu_choose
- * offers only the `ref` path there, so they are unreachable by design.
+ * unchanged; the x86-64 definitions have empty bodies elsewhere, and the
+ * NEON ones off AArch64, and cpu_choose offers only the paths the build's
+ * architecture has, so those are unreachable by design.
  *
  * Two kernel forms (measured on Zen 5: ~90% of the FMA peak for the first,
  * ~85% for the second):
@@ -230,6 +232,13 @@ void avx2_l2norm(float *x, int64_t n, int64_t rows, float eps);
 void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
 void avx2_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
+                  const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
+
+/* ---- AArch64 NEON (simd_neon.c): the avx2 contracts on 4-float vectors ---- */
+double neon_peak(int64_t iters);            /* f32 FMA on 128-bit vectors     */
+void neon_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
+                  int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
+void neon_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
                   const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
 
 /* ---- portable helpers (mm_fast.c) ---- */
