@@ -42,7 +42,7 @@ static void bench_usage(FILE *out) {
             "                  [--peak-seconds S] [--seed N]\n\n"
             "Prefill random-token prompts of each size and report tokens/s, achieved\n"
             "GFLOP/s, the fraction of this machine's measured peak, time by stage and\n"
-            "peak RSS.  CLEF_CPU=ref|avx2|avx512|amx selects the kernels (default: best).\n\n"
+            "peak RSS.  CLEF_CPU=ref|avx2|avx512|amx|neon selects the kernels (default: best).\n\n"
             "  -m MODEL        GGUF model (qwen35 or clef)\n"
             "  -p LIST         prompt sizes in tokens, comma-separated (default 128,512)\n"
             "  -t N            compute threads (default: all cores)\n"
@@ -215,12 +215,14 @@ static void print_json(const bench_opts *o, const clef_model_info *info, double 
     const clef_forward_stats *s = &r->st;
     double other = s->total_s - s->matmul_s - s->attention_s - s->delta_s - s->head_s;
     double gf = flops_of(s) / s->total_s / 1e9, mgf = s->matmul_s > 0 ? s->matmul_flop / s->matmul_s / 1e9 : 0;
+    /* rates to six significant digits: an emulated or tiny run's 0.07
+     * GFLOP/s keeps its precision as well as a fast one's 700 */
     printf("{\"model\":");
     put_json_string(o->model);
     printf(",\"n_tokens\":%lld,\"threads\":%d,\"weight_type\":\"%s\",\"kernels\":\"%s\","
            "\"precision\":\"%s\",\"batch\":%d,\"repeats\":%d,\"seconds\":%.9g,\"best_seconds\":%.9g,"
-           "\"tokens_per_second\":%.3f,\"gflops\":%.3f,\"peak_gflops\":%.3f,\"peak_fraction\":%.4f,"
-           "\"matmul_gflops\":%.3f,\"matmul_peak_fraction\":%.4f,"
+           "\"tokens_per_second\":%.6g,\"gflops\":%.6g,\"peak_gflops\":%.6g,\"peak_fraction\":%.6g,"
+           "\"matmul_gflops\":%.6g,\"matmul_peak_fraction\":%.6g,"
            "\"stage_seconds\":{\"matmul\":%.9g,\"attention\":%.9g,\"delta_rule\":%.9g,\"other\":%.9g,"
            "\"head\":%.9g},\"flop\":{\"matmul\":%.0f,\"attention\":%.0f,\"delta_rule\":%.0f},"
            "\"peak_rss_bytes\":%llu}\n",
