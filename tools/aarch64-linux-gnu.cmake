@@ -8,3 +8,7 @@ set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
 set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)
+# ctest runs the tests under qemu-user (Debian's qemu-user; -L / takes the
+# arm64 libc that the :arm64 packages install: the older one under
+# /usr/aarch64-linux-gnu hangs qemu in pthread_create)
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /)
