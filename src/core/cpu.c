@@ -161,7 +161,7 @@ clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *o
                             "CLEF_CPU=amx: Linux refused the AMX tile-data permission (arch_prctl)");
     }
     out->path = path;
-    if (path == CPU_PATH_AVX512 || path == CPU_PATH_AMX) {
+    if (cpu_path_avx512_family(path)) {
         /* vdpbf16ps only where it is faster than widening to f32 FMAs (on
          * amx BF16 runs on tiles; dpbf16 takes widths they cannot) */
         out->bf16 = f->avx512bf16 && (f->amd || path == CPU_PATH_AMX);

@@ -68,6 +68,11 @@ typedef struct cpu_target {
     bool amx;       /* AMX tiles usable (permission granted)                   */
 } cpu_target;
 
+/* avx512 or amx: the paths that run the AVX-512 kernels (amx adds tiles). */
+static inline bool cpu_path_avx512_family(cpu_path p) {
+    return p == CPU_PATH_AVX512 || p == CPU_PATH_AMX;
+}
+
 /* Fill *f from CPUID/XGETBV on x86-64; on AArch64 only neon (always
  * there); elsewhere all false. */
 void cpu_detect(cpu_features *f);

@@ -57,8 +57,6 @@ enum {
     MM_NP_AMX_KQ = 64,      /* four subgroups of 16 rows                   */
 };
 
-static bool is_avx512(cpu_path p) { return p == CPU_PATH_AVX512 || p == CPU_PATH_AMX; }
-
 static bool is_i8_type(uint32_t t) {
     return t == CLEF_DTYPE_Q8_0 || t == CLEF_DTYPE_Q4_K || t == CLEF_DTYPE_Q5_K || t == CLEF_DTYPE_Q6_K;
 }
@@ -71,7 +69,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
     p->type = w->type;
     p->NP = MM_NP;
     if (tg->path == CPU_PATH_REF) return false;
-    const bool avx512 = is_avx512(tg->path); /* else avx2 or neon: the DOT_F32 kind */
+    const bool avx512 = cpu_path_avx512_family(tg->path); /* else avx2 or neon: the DOT_F32 kind */
     /* the packers that gather from 16 rows (the widened panels, and the
      * I8 groups' scales) need their offsets in int32 */
     const bool gather = w->row_bytes <= INT32_MAX / 16;
@@ -261,7 +259,7 @@ static void act_task(void *ctx, int ith, int nth) {
         if (j->p.kind == MM_KIND_AMX_I8) transpose_scales(j, t0, tp);
         break;
     default: /* BF16 weights widened to f32 meet BF16-rounded activations */
-        if (is_avx512(j->p.path))
+        if (cpu_path_avx512_family(j->p.path))
             avx512_round_bf16(j->x + t0 * in, (t1 - t0) * in, (float *)j->act + t0 * in);
         else mm_round_bf16(j->x + t0 * in, (t1 - t0) * in, (float *)j->act + t0 * in);
         break;
@@ -519,7 +517,7 @@ void mm_gemm_nt(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const 
 void mm_transpose(const cpu_target *tg, int64_t rows, int64_t cols, const float *src,
                   int64_t lds, float *dst, int64_t ldd) {
     const cpu_path path = tg ? tg->path : CPU_PATH_REF;
-    if (path == CPU_PATH_AVX512 || path == CPU_PATH_AMX) {
+    if (cpu_path_avx512_family(path)) {
         avx512_transpose(rows, cols, src, lds, dst, ldd);
         return;
     }

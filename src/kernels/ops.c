@@ -110,8 +110,6 @@ void op_embed(const mm_weight *w, const int32_t *ids, int64_t n, float *out) {
 
 /* ---- dispatch to the vector kernels ---- */
 
-static bool wide(cpu_path p) { return p == CPU_PATH_AVX512 || p == CPU_PATH_AMX; }
-
 typedef enum op_kind {
     OPK_RMSNORM, OPK_L2NORM, OPK_SIGMOID, OPK_SILU_MUL, OPK_MUL_SILU, OPK_MUL_SIGMOID,
     OPK_L2NORM_GROUPS, OPK_MUL_SIGMOID_ROWS,
@@ -138,27 +136,27 @@ static void op_range(const op_job *j, int64_t r0, int64_t r1) {
     const float *g = j->w;
     switch (j->kind) {
     case OPK_RMSNORM:
-        if (wide(p)) avx512_rmsnorm(y + r0 * j->n, j->x + r0 * j->n, j->w, j->n, nr, j->eps);
+        if (cpu_path_avx512_family(p)) avx512_rmsnorm(y + r0 * j->n, j->x + r0 * j->n, j->w, j->n, nr, j->eps);
         else if (p == CPU_PATH_AVX2) avx2_rmsnorm(y + r0 * j->n, j->x + r0 * j->n, j->w, j->n, nr, j->eps);
         else op_rmsnorm(y + r0 * j->n, j->x + r0 * j->n, j->w, j->n, nr, j->eps);
         return;
     case OPK_L2NORM:
-        if (wide(p)) avx512_l2norm(y + r0 * j->n, j->n, nr, j->eps);
+        if (cpu_path_avx512_family(p)) avx512_l2norm(y + r0 * j->n, j->n, nr, j->eps);
         else if (p == CPU_PATH_AVX2) avx2_l2norm(y + r0 * j->n, j->n, nr, j->eps);
         else op_l2norm(y + r0 * j->n, j->n, nr, j->eps);
         return;
     case OPK_SIGMOID:
-        if (wide(p)) avx512_sigmoid(y + r0, nr);
+        if (cpu_path_avx512_family(p)) avx512_sigmoid(y + r0, nr);
         else if (p == CPU_PATH_AVX2) avx2_sigmoid(y + r0, nr);
         else op_sigmoid(y + r0, nr);
         return;
     case OPK_SILU_MUL:
-        if (wide(p)) avx512_silu_mul(y + r0, g + r0, nr);
+        if (cpu_path_avx512_family(p)) avx512_silu_mul(y + r0, g + r0, nr);
         else if (p == CPU_PATH_AVX2) avx2_silu_mul(y + r0, g + r0, nr);
         else op_silu_mul(y + r0, g + r0, nr);
         return;
     case OPK_MUL_SILU:
-        if (wide(p)) avx512_mul_silu(y + r0, g + r0, nr);
+        if (cpu_path_avx512_family(p)) avx512_mul_silu(y + r0, g + r0, nr);
         else if (p == CPU_PATH_AVX2) avx2_mul_silu(y + r0, g + r0, nr);
         else
             for (int64_t i = r0; i < r1; i++) y[i] *= op_silu1(g[i]);
@@ -166,7 +164,7 @@ static void op_range(const op_job *j, int64_t r0, int64_t r1) {
     case OPK_L2NORM_GROUPS:
         for (int64_t gi = r0; gi < r1; gi++) {
             float *row = y + gi * j->ldx;
-            if (wide(p)) avx512_l2norm(row, j->n, j->per, j->eps);
+            if (cpu_path_avx512_family(p)) avx512_l2norm(row, j->n, j->per, j->eps);
             else if (p == CPU_PATH_AVX2) avx2_l2norm(row, j->n, j->per, j->eps);
             else op_l2norm(row, j->n, j->per, j->eps);
         }
@@ -175,14 +173,14 @@ static void op_range(const op_job *j, int64_t r0, int64_t r1) {
         for (int64_t ri = r0; ri < r1; ri++) {
             float *row = y + ri * j->ldx;
             const float *gr = g + ri * j->ldg;
-            if (wide(p)) avx512_mul_sigmoid(row, gr, j->n);
+            if (cpu_path_avx512_family(p)) avx512_mul_sigmoid(row, gr, j->n);
             else if (p == CPU_PATH_AVX2) avx2_mul_sigmoid(row, gr, j->n);
             else
                 for (int64_t i = 0; i < j->n; i++) row[i] *= op_sigmoid1(gr[i]);
         }
         return;
     case OPK_MUL_SIGMOID:
-        if (wide(p)) avx512_mul_sigmoid(y + r0, g + r0, nr);
+        if (cpu_path_avx512_family(p)) avx512_mul_sigmoid(y + r0, g + r0, nr);
         else if (p == CPU_PATH_AVX2) avx2_mul_sigmoid(y + r0, g + r0, nr);
         else
             for (int64_t i = r0; i < r1; i++) y[i] *= op_sigmoid1(g[i]);
@@ -243,7 +241,7 @@ void op_mul_sigmoid_rows_ex(cpu_path path, tp_pool *pool, float *x, int64_t ldx,
 }
 
 void op_exp_ex(cpu_path path, const float *x, float *y, int64_t n) {
-    if (wide(path)) avx512_exp(x, y, n);
+    if (cpu_path_avx512_family(path)) avx512_exp(x, y, n);
     else if (path == CPU_PATH_AVX2) avx2_exp(x, y, n);
     else
         for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]);

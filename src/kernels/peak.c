@@ -60,7 +60,7 @@ static void peak_task(void *ctx, int ith, int nth) {
 
 double mm_peak_gflops(const cpu_target *tg, const char *precision, tp_pool *pool, double seconds) {
     peak_job j = {.path = tg->path, .kind = 0, .iters = 1 << 16};
-    if (tg->path == CPU_PATH_AVX512 || tg->path == CPU_PATH_AMX) {
+    if (cpu_path_avx512_family(tg->path)) {
         if (!strcmp(precision, "bf16") && tg->bf16) j.kind = 1;
         if (!strcmp(precision, "int8") && tg->vnni) j.kind = 2;
     }
