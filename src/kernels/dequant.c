@@ -87,64 +87,74 @@ void clef_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *mn) {
     }
 }
 
-/* Q4_K block (144 bytes): f16 d, dmin; u8 scales[12]; u8 qs[128].
- * Each 64 outputs use 32 qs bytes: sub-block 2k from the low nibbles, 2k+1
- * from the high nibbles; x = d*sc*q - dmin*mn. */
-static void dq_q4_k(const uint8_t *b, float *y) {
-    float d = clef_load_f16(b), dmin = clef_load_f16(b + 2);
-    const uint8_t *s = b + 4, *qs = b + 16;
-    for (int k = 0; k < 4; k++, qs += 32, y += 64) {
-        uint8_t sc0, m0, sc1, m1;
-        clef_k_scale_min(s, 2 * k, &sc0, &m0);
-        clef_k_scale_min(s, 2 * k + 1, &sc1, &m1);
-        float d0 = d * sc0, o0 = dmin * m0, d1 = d * sc1, o1 = dmin * m1;
-        for (int l = 0; l < 32; l++) {
-            y[l] = d0 * (float)(qs[l] & 0xf) - o0;
-            y[l + 32] = d1 * (float)(qs[l] >> 4) - o1;
-        }
+/* Q4_K block (144 bytes): f16 d, dmin; u8 scales[12]; u8 qs[128].  Each
+ * 64 values use 32 qs bytes: sub-block 2k from the low nibbles, 2k+1 from
+ * the high nibbles.  Q5_K block (176 bytes): the same with u8 qh[32] of
+ * fifth bits before qs: sub-block j's value l takes bit j of qh[l].
+ * Q6_K block (210 bytes): u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d.
+ * Each half (128 values) uses 64 ql and 32 qh bytes: value 32g + l (g =
+ * 0..3) has its low nibble from ql[l + 32(g&1)] (the high one when g >= 2)
+ * and its top 2 bits from qh[l] bits 2g..2g+1. */
+static void unpack_q45_k(bool five, const uint8_t *b, clef_kq_parts *o) {
+    o->d = clef_load_f16(b);
+    o->dmin = clef_load_f16(b + 2);
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, mn;
+        clef_k_scale_min(b + 4, j, &sc, &mn);
+        o->sc[j] = (int8_t)sc;
+        o->mn[j] = mn;
     }
+    const uint8_t *qh = b + 16, *qs = five ? b + 48 : b + 16;
+    for (int k = 0; k < 4; k++, qs += 32)
+        for (int l = 0; l < 32; l++) {
+            int h0 = five ? (qh[l] >> (2 * k) & 1) << 4 : 0;
+            int h1 = five ? (qh[l] >> (2 * k + 1) & 1) << 4 : 0;
+            o->q[64 * k + l] = (uint8_t)((qs[l] & 0xf) | h0);
+            o->q[64 * k + 32 + l] = (uint8_t)((qs[l] >> 4) | h1);
+        }
 }
 
-/* Q5_K block (176 bytes): f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128].
- * As Q4_K, plus a fifth bit: sub-block j's element l takes bit j of qh[l]. */
-static void dq_q5_k(const uint8_t *b, float *y) {
-    float d = clef_load_f16(b), dmin = clef_load_f16(b + 2);
-    const uint8_t *s = b + 4, *qh = b + 16, *qs = b + 48;
-    for (int k = 0; k < 4; k++, qs += 32, y += 64) {
-        uint8_t sc0, m0, sc1, m1;
-        clef_k_scale_min(s, 2 * k, &sc0, &m0);
-        clef_k_scale_min(s, 2 * k + 1, &sc1, &m1);
-        float d0 = d * sc0, o0 = dmin * m0, d1 = d * sc1, o1 = dmin * m1;
-        for (int l = 0; l < 32; l++) {
-            int h0 = (qh[l] >> (2 * k)) & 1, h1 = (qh[l] >> (2 * k + 1)) & 1;
-            y[l] = d0 * (float)((qs[l] & 0xf) | h0 << 4) - o0;
-            y[l + 32] = d1 * (float)((qs[l] >> 4) | h1 << 4) - o1;
-        }
-    }
-}
-
-/* Q6_K block (210 bytes): u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d.
- * Each half (128 outputs) uses 64 ql and 32 qh bytes: output 32*g + l
- * (g = 0..3) has low nibble from ql[l + 32*(g&1)] (high nibble when g ≥ 2)
- * and 2 high bits from qh[l] bits 2g..2g+1; q is biased by 32 and scaled
- * by scales[16-element group]. */
-static void dq_q6_k(const uint8_t *b, float *y) {
+static void unpack_q6_k(const uint8_t *b, clef_kq_parts *o) {
     const uint8_t *ql = b, *qh = b + 128;
-    const int8_t *sc = (const int8_t *)(b + 192);
-    float d = clef_load_f16(b + 208);
-    for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, y += 128) {
+    memcpy(o->sc, b + 192, 16);
+    memset(o->mn, 0, sizeof o->mn);
+    o->d = clef_load_f16(b + 208);
+    o->dmin = 0.0f;
+    for (int half = 0; half < 2; half++, ql += 64, qh += 32) {
+        uint8_t *q = o->q + 128 * half;
         for (int l = 0; l < 32; l++) {
-            int is = l / 16;
-            int q0 = ((ql[l] & 0xf) | ((qh[l] >> 0) & 3) << 4) - 32;
-            int q1 = ((ql[l + 32] & 0xf) | ((qh[l] >> 2) & 3) << 4) - 32;
-            int q2 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
-            int q3 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
-            y[l] = d * (float)sc[is] * (float)q0;
-            y[l + 32] = d * (float)sc[is + 2] * (float)q1;
-            y[l + 64] = d * (float)sc[is + 4] * (float)q2;
-            y[l + 96] = d * (float)sc[is + 6] * (float)q3;
+            q[l] = (uint8_t)((ql[l] & 0xf) | (qh[l] & 3) << 4);
+            q[l + 32] = (uint8_t)((ql[l + 32] & 0xf) | (qh[l] >> 2 & 3) << 4);
+            q[l + 64] = (uint8_t)((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4);
+            q[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (qh[l] >> 6 & 3) << 4);
         }
     }
+}
+
+bool clef_kq_unpack(uint32_t type, const uint8_t *block, clef_kq_parts *out) {
+    switch (type) {
+    case CLEF_DTYPE_Q4_K: unpack_q45_k(false, block, out); return true;
+    case CLEF_DTYPE_Q5_K: unpack_q45_k(true, block, out); return true;
+    case CLEF_DTYPE_Q6_K: unpack_q6_k(block, out); return true;
+    default: return false;
+    }
+}
+
+/* x = d·sc·q − dmin·mn per sub-block of 32 (Q4_K, Q5_K). */
+static void dq_q45_k(uint32_t type, const uint8_t *b, float *y) {
+    clef_kq_parts k;
+    clef_kq_unpack(type, b, &k);
+    for (int j = 0; j < 8; j++) {
+        float dj = k.d * (float)k.sc[j], oj = k.dmin * (float)k.mn[j];
+        for (int l = 0; l < 32; l++) y[32 * j + l] = dj * (float)k.q[32 * j + l] - oj;
+    }
+}
+
+/* x = d·sc·(q − 32) per sub-block of 16 (Q6_K). */
+static void dq_q6_k(const uint8_t *b, float *y) {
+    clef_kq_parts k;
+    unpack_q6_k(b, &k);
+    for (int i = 0; i < 256; i++) y[i] = k.d * (float)k.sc[i / 16] * (float)(k.q[i] - 32);
 }
 
 bool clef_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
@@ -166,10 +176,9 @@ bool clef_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) 
         for (int64_t i = 0; i < blocks; i++) dq_q8_0(p + 34 * i, dst + 32 * i);
         return true;
     case CLEF_DTYPE_Q4_K:
-        for (int64_t i = 0; i < blocks; i++) dq_q4_k(p + 144 * i, dst + 256 * i);
-        return true;
     case CLEF_DTYPE_Q5_K:
-        for (int64_t i = 0; i < blocks; i++) dq_q5_k(p + 176 * i, dst + 256 * i);
+        for (int64_t i = 0; i < blocks; i++)
+            dq_q45_k(type, p + (size_t)info->type_size * i, dst + 256 * i);
         return true;
     case CLEF_DTYPE_Q6_K:
         for (int64_t i = 0; i < blocks; i++) dq_q6_k(p + 210 * i, dst + 256 * i);

@@ -34,4 +34,20 @@ float clef_load_f16(const uint8_t *p);
  * split between bytes 8..11 and the spare top bits of bytes 0..7). */
 void clef_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *mn);
 
+/* One K-quant super-block (256 values) as its integers, for kernels that
+ * multiply the quants themselves (the bit layouts are read here alone):
+ *   Q4_K, Q5_K  x[i] = d·sc[i/32]·q[i] − dmin·mn[i/32], q 0..15 / 0..31,
+ *               sc and mn 0..63 (8 sub-blocks of 32)
+ *   Q6_K        x[i] = d·sc[i/16]·(q[i] − 32), q 0..63, sc signed
+ *               (16 sub-blocks of 16), mn and dmin 0 */
+typedef struct clef_kq_parts {
+    uint8_t q[256];
+    int8_t sc[16];
+    uint8_t mn[8];
+    float d, dmin;
+} clef_kq_parts;
+
+/* false: type is not Q4_K, Q5_K or Q6_K. */
+bool clef_kq_unpack(uint32_t type, const uint8_t *block, clef_kq_parts *out);
+
 #endif
