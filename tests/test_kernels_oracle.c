@@ -168,7 +168,7 @@ static int usable(path_run *out) {
     out[n++] = (path_run){"ref", false, false};
     if (cpu_path_supported(&f, CPU_PATH_AVX2)) out[n++] = (path_run){"avx2", true, false};
     else printf("[oracle] skip avx2: not supported here\n");
-    if (cpu_path_supported(&f, CPU_PATH_NEON)) out[n++] = (path_run){"neon", true, false};
+    if (cpu_path_supported(&f, CPU_PATH_NEON)) out[n++] = (path_run){"neon", true, f.neon_dot};
     else printf("[oracle] skip neon: not supported here\n");
     if (cpu_path_supported(&f, CPU_PATH_AVX512)) out[n++] = (path_run){"avx512", true, f.avx512vnni};
     else printf("[oracle] skip avx512: not supported here\n");

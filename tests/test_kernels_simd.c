@@ -126,8 +126,13 @@ static int usable_targets(path_case *out) {
     out[n++] = (path_case){"ref", {.path = CPU_PATH_REF}};
     if (cpu_path_supported(&f, CPU_PATH_AVX2)) out[n++] = (path_case){"avx2", {.path = CPU_PATH_AVX2}};
     else printf("[simd] skip avx2: not supported here\n");
-    if (cpu_path_supported(&f, CPU_PATH_NEON)) out[n++] = (path_case){"neon", {.path = CPU_PATH_NEON}};
-    else printf("[simd] skip neon: not supported here\n");
+    if (cpu_path_supported(&f, CPU_PATH_NEON)) {
+        out[n++] = (path_case){"neon (no dot)", {.path = CPU_PATH_NEON}};
+        if (f.neon_dot) out[n++] = (path_case){"neon+dot", {.path = CPU_PATH_NEON, .dot = true}};
+        else printf("[simd] skip neon+dot: no SDOT here\n");
+    } else {
+        printf("[simd] skip neon: not supported here\n");
+    }
     if (cpu_path_supported(&f, CPU_PATH_AVX512)) {
         /* both broadcast forms, BF16 both widened to f32 and on vdpbf16ps,
          * whichever this CPU's own choice is */
@@ -407,8 +412,11 @@ static void test_cpu_choose(void **state) {
     assert_true(f.neon);
     assert_int_equal(cpu_choose(NULL, &f, &t, &err), CLEF_OK);
     assert_int_equal(t.path, CPU_PATH_NEON);
+    /* the int8 kernels where the CPU has SDOT, and the name says so */
+    assert_int_equal(t.dot, f.neon_dot);
+    assert_string_equal(cpu_target_name(&t), f.neon_dot ? "neon+dot" : "neon");
 #else
-    assert_false(f.neon);
+    assert_false(f.neon || f.neon_dot);
     assert_int_equal(cpu_choose("neon", &f, &t, &err), CLEF_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.message, "neon"));
 #endif

@@ -5,13 +5,19 @@
  * leaf 7.0 EBX: AVX2 5, AVX512F 16, DQ 17, BW 30, VL 31; ECX: VNNI 11;
  * EDX: AMX-BF16 22, AMX-TILE 24, AMX-INT8 25; leaf 7.1 EAX: AVX512_BF16 5.
  * XCR0 must enable SSE|AVX state (bits 1,2) for AVX2, opmask|ZMM (5,6,7)
- * for AVX-512, and XTILECFG|XTILEDATA (17,18) for AMX.
+ * for AVX-512, and XTILECFG|XTILEDATA (17,18) for AMX.  AArch64: Linux
+ * reports the dot product (SDOT/UDOT) as HWCAP_ASIMDDP in AT_HWCAP.
  */
 #include "core/cpu.h"
 
 #include <string.h>
 
 #include "core/error.h"
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -76,6 +82,9 @@ void cpu_detect(cpu_features *f) {
     memset(f, 0, sizeof *f);
 #if defined(__aarch64__)
     f->neon = true; /* Advanced SIMD is mandatory in AArch64 */
+#if defined(__linux__)
+    f->neon_dot = getauxval(AT_HWCAP) & HWCAP_ASIMDDP;
+#endif
 #endif
 }
 static bool amx_request_permission(void) { return false; }
@@ -126,6 +135,7 @@ const char *cpu_target_name(const cpu_target *t) {
     switch (t->path) {
     case CPU_PATH_AVX512: return avx512[t->bf16][t->vnni];
     case CPU_PATH_AMX: return amx[t->bf16][t->vnni];
+    case CPU_PATH_NEON: return t->dot ? "neon+dot" : "neon";
     default: return cpu_path_name(t->path);
     }
 }
@@ -169,5 +179,6 @@ clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *o
         out->vnni = f->avx512vnni;
         out->amx = path == CPU_PATH_AMX;
     }
+    if (path == CPU_PATH_NEON) out->dot = f->neon_dot;
     return CLEF_OK;
 }

@@ -24,9 +24,10 @@
  *           permission from Linux (arch_prctl ARCH_REQ_XCOMP_PERM);
  *           "auto" asks for it and falls back to avx512 when refused
  *   neon    AArch64 Advanced SIMD (every AArch64 CPU has it): the avx2
- *           path's f32 kernels on 4-float vectors, with the same
- *           precisions (BF16 weights meet BF16-rounded activations,
- *           quantized weights are dequantized to f32)
+ *           path's f32 kernels on 4-float vectors (BF16 weights meet
+ *           BF16-rounded activations); with the ARMv8.2 dot product
+ *           (SDOT), Q8_0/Q4_K/Q5_K/Q6_K weights meet int8 activations as
+ *           on avx512+vnni, else they are dequantized to f32
  * Elsewhere only `ref` exists.
  */
 #ifndef CLEF_CORE_CPU_H
@@ -53,6 +54,7 @@ typedef struct cpu_features {
     bool amx_tile, amx_bf16, amx_int8;  /* CPU + XCR0; the permission is separate */
     bool amd;                           /* vendor AuthenticAMD                  */
     bool neon;                          /* AArch64 Advanced SIMD                */
+    bool neon_dot;                      /* ARMv8.2 SDOT/UDOT (Linux HWCAP_ASIMDDP) */
 } cpu_features;
 
 /* The kernels a model runs with. */
@@ -66,6 +68,7 @@ typedef struct cpu_target {
                        FMA the loads become the limit)                      */
     bool vnni;      /* avx512 family: vpdpbusd kernels for quantized weights    */
     bool amx;       /* AMX tiles usable (permission granted)                   */
+    bool dot;       /* neon: sdot kernels for quantized weights (int8 activations) */
 } cpu_target;
 
 /* avx512 or amx: the paths that run the AVX-512 kernels (amx adds tiles). */
@@ -73,8 +76,8 @@ static inline bool cpu_path_avx512_family(cpu_path p) {
     return p == CPU_PATH_AVX512 || p == CPU_PATH_AMX;
 }
 
-/* Fill *f from CPUID/XGETBV on x86-64; on AArch64 only neon (always
- * there); elsewhere all false. */
+/* Fill *f from CPUID/XGETBV on x86-64; on AArch64 neon (always there)
+ * and, from the kernel's HWCAP, neon_dot; elsewhere all false. */
 void cpu_detect(cpu_features *f);
 
 /* Can this CPU run `path`'s kernels? */
@@ -100,7 +103,8 @@ void cpu_fp_restore(unsigned long prev);
 /* "ref", "avx2", "avx512", "amx", "neon". */
 const char *cpu_path_name(cpu_path path);
 
-/* A short description of the target, e.g. "avx512+bf16+vnni" (static). */
+/* A short description of the target, e.g. "avx512+bf16+vnni" or
+ * "neon+dot" (static). */
 const char *cpu_target_name(const cpu_target *t);
 
 #endif

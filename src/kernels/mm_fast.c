@@ -70,6 +70,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
     p->NP = MM_NP;
     if (tg->path == CPU_PATH_REF) return false;
     const bool avx512 = cpu_path_avx512_family(tg->path); /* else avx2 or neon: the DOT_F32 kind */
+    const bool neon_dot = tg->path == CPU_PATH_NEON && tg->dot; /* and I8 on SDOT */
     /* the packers that gather from 16 rows (the widened panels, and the
      * I8 groups' scales) need their offsets in int32 */
     const bool gather = w->row_bytes <= INT32_MAX / 16;
@@ -98,7 +99,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->NP = MM_NP_AMX_KQ;
         p->KC = MM_KC_I8;
         p->i8.ab = 256; /* its own per-256 activations (amx_act_kq) */
-    } else if ((tg->amx || (avx512 && tg->vnni)) && is_i8_type(w->type) && gather) {
+    } else if ((tg->amx || (avx512 && tg->vnni) || neon_dot) && is_i8_type(w->type) && gather) {
         p->kind = tg->amx ? MM_KIND_AMX_I8 : MM_KIND_I8;
         p->KC = MM_KC_I8;
         p->i8.bk = w->type == CLEF_DTYPE_Q6_K ? 16 : 32;
@@ -106,9 +107,10 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->i8.sym = w->type == CLEF_DTYPE_Q8_0 || w->type == CLEF_DTYPE_Q6_K;
         p->i8.off = w->type == CLEF_DTYPE_Q8_0 ? 128 : w->type == CLEF_DTYPE_Q6_K ? 32 : 0;
         p->i8.f16_scale = w->type == CLEF_DTYPE_Q8_0;
-        if (tg->amx) { /* Q8_0 (the K-quants went to planes above): signed, TDPBSSD */
-            p->i8.signed_q = true;
-            p->i8.off = 0;
+        if (tg->amx || neon_dot) { /* Q8_0 (the K-quants went to planes above
+                                     * on amx): signed, TDPBSSD / SDOT */
+            p->i8.signed_q = w->type == CLEF_DTYPE_Q8_0;
+            p->i8.off = p->i8.signed_q ? 0 : p->i8.off;
         }
     } else {
         p->kind = MM_KIND_DOT_F32;
@@ -255,7 +257,10 @@ static void act_task(void *ctx, int ith, int nth) {
     case MM_KIND_DOT_BF16: avx512_act_bf16(j->x, in, t0, t1, (uint16_t *)j->act); break;
     case MM_KIND_I8:
     case MM_KIND_AMX_I8:
-        avx512_act_i8(&j->p.i8, j->x, in, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dx, (void *)j->i8.mb);
+        if (j->p.path == CPU_PATH_NEON)
+            neon_act_i8(&j->p.i8, j->x, in, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dx, (void *)j->i8.mb);
+        else
+            avx512_act_i8(&j->p.i8, j->x, in, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dx, (void *)j->i8.mb);
         if (j->p.kind == MM_KIND_AMX_I8) transpose_scales(j, t0, tp);
         break;
     default: /* BF16 weights widened to f32 meet BF16-rounded activations */
@@ -320,8 +325,13 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
         break;
     case MM_KIND_I8: {
         const mm_i8_act a = i8_from(&j->i8, &j->p.i8, tk.t0);
-        avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
-        avx512_i8_panel(&j->p.i8, &a, T, k0, kc, tb, np, y, out, add, next);
+        if (j->p.path == CPU_PATH_NEON) {
+            neon_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
+            neon_i8_panel(&j->p.i8, &a, T, k0, kc, tb, np, y, out, add);
+        } else {
+            avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
+            avx512_i8_panel(&j->p.i8, &a, T, k0, kc, tb, np, y, out, add, next);
+        }
         break;
     }
     case MM_KIND_AMX_I8:
@@ -386,7 +396,8 @@ static int64_t part(int64_t total, int64_t at, int64_t step) {
  * kind whose kernel does not prefetch). */
 static mm_prefetch next_stored(const mm_fast_job *j, int64_t p0, int64_t k1, int64_t p_next) {
     const mm_weight *w = j->w;
-    if (j->p.kind != MM_KIND_I8 || (k1 >= w->in && p_next < 0)) return (mm_prefetch){0};
+    if (j->p.kind != MM_KIND_I8 || j->p.path == CPU_PATH_NEON || (k1 >= w->in && p_next < 0))
+        return (mm_prefetch){0};
     if (k1 >= w->in) {
         p0 = p_next;
         k1 = 0;
@@ -526,6 +537,10 @@ void mm_transpose(const cpu_target *tg, int64_t rows, int64_t cols, const float 
 }
 
 /* ---- portable helpers ---- */
+
+size_t mm_i8_group_bytes(const mm_i8_kind *kind, int64_t kc) {
+    return (size_t)(kc / kind->bk) * (size_t)(kind->bk * MM_I8_G + 2 * MM_I8_G * (int)sizeof(float));
+}
 
 void mm_dequant_rows(const mm_weight *w, int64_t r0, int64_t nr, int64_t k0, int64_t kc,
                      float *dst) {

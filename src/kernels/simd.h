@@ -33,7 +33,7 @@
  *     u8 q[bk/4][48][4], f32 s[48], f32 m[48]   with W[r][k] = s[r]·q + m[r]
  * where q is the stored quant made unsigned (Q8_0: q+128, m = −128·s; Q6_K:
  * q6 in 0..63, m = −32·s; Q4_K/Q5_K: the quant, s = d·sc, m = −dmin·min);
- * for the AMX kernel Q8_0 stays signed (m = 0).
+ * for the AMX and NEON kernels Q8_0 stays signed (m = 0).
  * Rows past the weight's end are zero.  I8 activations: per ab values (32
  * for Q8_0, its layout; 256 for the K-quants, llama.cpp's Q8_K) an int8
  * block with one f32 scale dx, plus per weight block the m term: −off·Σq
@@ -84,7 +84,7 @@ typedef struct mm_i8_kind {
                            TDPBSSD: no offset term                          */
 } mm_i8_kind;
 
-/* Bytes of one packed I8 group of kc k-values. */
+/* Bytes of one packed I8 group of kc k-values (mm_fast.c). */
 size_t mm_i8_group_bytes(const mm_i8_kind *kind, int64_t kc);
 
 /* ---- AVX-512 (simd_avx512.c) ---- */
@@ -234,8 +234,23 @@ void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const floa
 void avx2_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
                   const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
 
-/* ---- AArch64 NEON (simd_neon.c): the avx2 contracts on 4-float vectors ---- */
-double neon_peak(int64_t iters);            /* f32 FMA on 128-bit vectors     */
+/* ---- AArch64 NEON (simd_neon.c): the avx2 contracts on 4-float vectors,
+ * and the avx512 int8 contracts on SDOT (ARMv8.2 dot product: call only
+ * where cpu_features.neon_dot) ---- */
+/* kind 0: f32 FMA on 128-bit vectors; 2: SDOT (as avx512_peak) */
+double neon_peak(int kind, int64_t iters);
+/* avx512_act_i8's contract. */
+void neon_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
+                 int8_t *q, float *dx, void *mb);
+/* avx512_pack_i8's contract, Q8_0 always signed (kind->signed_q: SDOT
+ * multiplies int8 by int8; the K-quants' quants are below 64, the same
+ * bytes signed or not). */
+void neon_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+                  int64_t k0, int64_t kc, uint8_t *dst);
+/* avx512_i8_panel's contract without the prefetch. */
+void neon_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                   int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
+                   bool add);
 void neon_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
 void neon_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,

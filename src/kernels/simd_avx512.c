@@ -554,10 +554,6 @@ T512 void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int6
 
 enum { IM = MM_I8_RM, IG = MM_I8_G };
 
-size_t mm_i8_group_bytes(const mm_i8_kind *kind, int64_t kc) {
-    return (size_t)(kc / kind->bk) * (size_t)(kind->bk * IG + 2 * IG * (int)sizeof(float));
-}
-
 /* A prefetch cursor over mm_prefetch's segments, `per_block` lines per
  * weight block a tile runs. */
 typedef struct pf_cursor {
@@ -1124,9 +1120,6 @@ double avx512_peak(int kind, int64_t iters) {
 
 #else /* not x86-64: never called (cpu_choose offers only `ref`) */
 
-size_t mm_i8_group_bytes(const mm_i8_kind *kind, int64_t kc) {
-    return (size_t)(kc / kind->bk) * (size_t)(kind->bk * MM_I8_G + 2 * MM_I8_G * 4);
-}
 void avx512_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                     int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
 void avx512_dot_w16(bool f16, int64_t kc, const float *x, int64_t ldx, int64_t T,

@@ -3,10 +3,15 @@
  * kernels/simd.h: the dot-form f32 micro-kernel (6 tokens x 4 rows, 4 k per
  * step) and the broadcast-form f32 GEMM (6 x 16), the two shapes every
  * dense product of the backbone, attention and the delta rule is built on
- * (BF16 and quantized weights reach the dot form as f32 rows, as on avx2).
- * 32 vector registers of 4 floats: 24 accumulators, the rest operands.
- * NEON is part of every AArch64 CPU, so no run-time check is needed; off
- * AArch64 the definitions have empty bodies and are never called.
+ * (BF16 weights reach the dot form as f32 rows, as on avx2); and, where
+ * the CPU has the ARMv8.2 dot product, the int8 path for quantized
+ * weights: activations quantized as on avx512, weights packed into the
+ * same I8 groups (signed: SDOT multiplies int8 by int8) and a 4-token x
+ * 12-row SDOT tile.  32 vector registers of 4 lanes: 24 accumulators, the
+ * rest operands.  NEON is part of every AArch64 CPU, so no run-time check
+ * is needed for it; the SDOT functions carry their own target attribute
+ * and run only when cpu_detect saw HWCAP_ASIMDDP.  Off AArch64 the
+ * definitions have empty bodies and are never called.
  */
 #include "kernels/simd.h"
 
@@ -15,7 +20,11 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/dtype.h"
+#include "kernels/dequant.h"
+
 #define INLINE static inline __attribute__((always_inline))
+#define TDOT __attribute__((target("arch=armv8.2-a+dotprod")))
 
 enum { NDM = 6, NDN = 4 }; /* dot form: tokens x rows */
 
@@ -144,9 +153,238 @@ void neon_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, 
         }
 }
 
-/* 12 independent FMA chains, as the x86 peak loops. */
+/* ==== int8 (SDOT) ============================================================== */
+
+enum { IG = MM_I8_G, IM = 4, IV = 3, IC = 4 * IV }; /* tile: IM tokens x IC rows */
+
+/* n values (a multiple of 16) with one scale, llama.cpp's rule as on
+ * avx512: d = max|x|/127, q = x·(1/d) rounded to nearest even and
+ * saturated; sums[i] = Σq of values [16i, 16i+16).  Returns d. */
+static float quant_block(const float *x, int n, int8_t *q, int32_t *sums) {
+    float32x4_t a = vdupq_n_f32(0.0f);
+    for (int i = 0; i < n; i += 4) a = vmaxq_f32(a, vabsq_f32(vld1q_f32(x + i)));
+    const float d = vmaxvq_f32(a) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < n; i += 16) {
+        int32x4_t v[4];
+        for (int u = 0; u < 4; u++) v[u] = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + i + 4 * u), id));
+        const int16x8_t h0 = vcombine_s16(vqmovn_s32(v[0]), vqmovn_s32(v[1]));
+        const int16x8_t h1 = vcombine_s16(vqmovn_s32(v[2]), vqmovn_s32(v[3]));
+        vst1q_s8(q + i, vcombine_s8(vqmovn_s16(h0), vqmovn_s16(h1)));
+        sums[i / 16] = vaddvq_s32(vaddq_s32(vaddq_s32(v[0], v[1]), vaddq_s32(v[2], v[3])));
+    }
+    return d;
+}
+
+void neon_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
+                 int8_t *q, float *dx, void *mb) {
+    const int ab = kind->ab, bk = kind->bk;
+    const int64_t nab = in / ab, nbk = in / bk;
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t b = 0; b < nab; b++) {
+            int32_t s16[256 / 16];
+            const int64_t at = t * in + b * ab;
+            const float d = quant_block(x + at, ab, q + at, s16);
+            const float dd = kind->f16_scale ? clef_f16_to_f32(clef_f32_to_f16(d)) : d;
+            dx[t * nab + b] = dd;
+            for (int j = 0; j < ab / bk; j++) { /* the m term per weight block */
+                int32_t s = 0;
+                for (int u = 0; u < bk / 16; u++) s += s16[j * (bk / 16) + u];
+                const int64_t o = t * nbk + b * (ab / bk) + j;
+                if (kind->sym) ((int32_t *)mb)[o] = -kind->off * s;
+                else ((float *)mb)[o] = ab == 256 ? (float)s : dd * (float)s;
+            }
+        }
+}
+
+/* The 4 bytes of k-quad kq of row i within a packed block (I8 layout). */
+static uint8_t *quad_at(uint8_t *block, int kq, int i) { return block + (size_t)(kq * IG + i) * 4; }
+
+/* Q8_0 rows as stored (signed, m = 0: SDOT takes int8 weights). */
+static void pack_q8_0(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
+                      uint8_t *dst) {
+    const int64_t nblk = kc / 32, groups = (np + IG - 1) / IG;
+    const size_t bbytes = 32 * IG + 2 * IG * sizeof(float);
+    for (int64_t g = 0; g < groups; g++)
+        for (int i = 0; i < IG; i++) {
+            const int64_t row = g * IG + i;
+            const bool live = row < np; /* rows past np are zero */
+            const uint8_t *src = live ? (const uint8_t *)w->data + (size_t)(r0 + row) * w->row_bytes +
+                                            (size_t)(k0 / 32) * 34
+                                      : NULL;
+            for (int64_t b = 0; b < nblk; b++) {
+                uint8_t *bp = dst + (size_t)(g * nblk + b) * bbytes;
+                float *s = (float *)(bp + 32 * IG);
+                s[i] = live ? clef_load_f16(src + 34 * b) : 0.0f;
+                s[IG + i] = 0.0f;
+                for (int kq = 0; kq < 8; kq++) {
+                    if (live) memcpy(quad_at(bp, kq, i), src + 34 * b + 2 + 4 * kq, 4);
+                    else memset(quad_at(bp, kq, i), 0, 4);
+                }
+            }
+        }
+}
+
+/* Q4_K / Q5_K / Q6_K rows: each super-block unpacked to its integers
+ * (clef_kq_unpack), quants unsigned below 64 (so the same bytes as int8),
+ * s = d·sc and m = −dmin·mn (Q6_K: m = −32·s), as the dequantizer forms
+ * them. */
+static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+                        int64_t k0, int64_t kc, uint8_t *dst) {
+    const int bk = kind->bk, per = 256 / bk;
+    const int64_t nsb = kc / 256, nblk = kc / bk, groups = (np + IG - 1) / IG;
+    const size_t bbytes = (size_t)bk * IG + 2 * IG * sizeof(float);
+    const size_t tsz = clef_dtype_get(w->type)->type_size;
+    clef_kq_parts k;
+    for (int64_t g = 0; g < groups; g++)
+        for (int i = 0; i < IG; i++) {
+            const int64_t row = g * IG + i;
+            const bool live = row < np;
+            const uint8_t *src = live ? (const uint8_t *)w->data + (size_t)(r0 + row) * w->row_bytes +
+                                            (size_t)(k0 / 256) * tsz
+                                      : NULL;
+            for (int64_t sb = 0; sb < nsb; sb++) {
+                if (live) clef_kq_unpack(w->type, src + sb * tsz, &k);
+                else memset(&k, 0, sizeof k);
+                for (int j = 0; j < per; j++) {
+                    uint8_t *bp = dst + (size_t)(g * nblk + sb * per + j) * bbytes;
+                    float *s = (float *)(bp + (size_t)bk * IG);
+                    s[i] = k.d * (float)k.sc[j];
+                    s[IG + i] = kind->sym ? -32.0f * s[i] : -(k.dmin * (float)k.mn[j]);
+                    for (int kq = 0; kq < bk / 4; kq++)
+                        memcpy(quad_at(bp, kq, i), k.q + j * bk + 4 * kq, 4);
+                }
+            }
+        }
+}
+
+void neon_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+                  int64_t k0, int64_t kc, uint8_t *dst) {
+    if (w->type == CLEF_DTYPE_Q8_0) pack_q8_0(w, r0, np, k0, kc, dst);
+    else pack_kquant(kind, w, r0, np, k0, kc, dst);
+}
+
+/* acc[i][v] += the dots of k-quad l of x[i] (16 bytes: 4 quads) with the
+ * 4 rows of each w[v] (SDOT by element; the lane must be an immediate). */
+#define SDOT_QUAD(l)                                                                        \
+    do {                                                                                    \
+        const int8_t *wp = (const int8_t *)bp + (size_t)(4 * k16 + (l)) * 4 * IG;           \
+        int8x16_t w[IV];                                                                    \
+        _Pragma("GCC unroll 3") for (int v = 0; v < IV; v++) w[v] = vld1q_s8(wp + 16 * v);  \
+        _Pragma("GCC unroll 4") for (int i = 0; i < IM; i++)                                \
+            _Pragma("GCC unroll 3") for (int v = 0; v < IV; v++)                            \
+                acc[i][v] = vdotq_laneq_s32(acc[i][v], w[v], xv[i], (l));                   \
+    } while (0)
+
+/* IM tokens x IC rows over nblk weight blocks, avx512's i8_tile on SDOT:
+ * per block the integer dots accumulate exactly, then one f32 scale step
+ * (nsb 1: f += isum·(s·dx); nsb > 1: g += isum·s [+ m·Σq], and per nsb
+ * blocks fm += g·dx in memory).  corr: the m term, 0 none (Q8_0 signed),
+ * 1 the integer −off·Σq added before the dots (Q6_K), 2 f32 m·Σq (Q4_K,
+ * Q5_K).  B: the group at this tile's first row (the block's s and m are
+ * then bk·IG bytes on, at the same row). */
+INLINE TDOT void i8_tile(const int bk, const int corr, const int nsb, int64_t nblk,
+                         const int8_t *A, int64_t lda, const float *dx, int64_t ldx,
+                         const void *mb, int64_t ldm, int mr, const uint8_t *B, size_t bbytes,
+                         int nc, float *C, int64_t ldc, bool add) {
+    float32x4_t f[IM][IV];
+    const int8_t *a[IM];
+    const float *d[IM];
+    const int32_t *mi[IM];
+    const float *mf[IM];
+#pragma GCC unroll 4
+    for (int i = 0; i < IM; i++) {
+        const int64_t row = i < mr ? i : mr - 1; /* past mr: computed, not stored */
+        a[i] = A + row * lda;
+        d[i] = dx + row * ldx;
+        mi[i] = (const int32_t *)mb + row * ldm;
+        mf[i] = (const float *)mb + row * ldm;
+#pragma GCC unroll 3
+        for (int v = 0; v < IV; v++) f[i][v] = vdupq_n_f32(0.0f);
+    }
+    float fm[IM][IC]; /* nsb > 1: the finished super-blocks */
+    if (nsb > 1) memset(fm, 0, sizeof fm);
+    for (int64_t b = 0; b < nblk; b++) {
+        const uint8_t *bp = B + (size_t)b * bbytes;
+        int32x4_t acc[IM][IV];
+#pragma GCC unroll 4
+        for (int i = 0; i < IM; i++)
+#pragma GCC unroll 3
+            for (int v = 0; v < IV; v++) acc[i][v] = vdupq_n_s32(corr == 1 ? mi[i][b] : 0);
+        for (int k16 = 0; k16 < bk / 16; k16++) {
+            int8x16_t xv[IM];
+#pragma GCC unroll 4
+            for (int i = 0; i < IM; i++) xv[i] = vld1q_s8(a[i] + b * bk + 16 * k16);
+            SDOT_QUAD(0);
+            SDOT_QUAD(1);
+            SDOT_QUAD(2);
+            SDOT_QUAD(3);
+        }
+        const float *s = (const float *)(bp + (size_t)bk * IG), *m = s + IG;
+#pragma GCC unroll 4
+        for (int i = 0; i < IM; i++)
+#pragma GCC unroll 3
+            for (int v = 0; v < IV; v++) {
+                const float32x4_t sv = vld1q_f32(s + 4 * v);
+                const float32x4_t sd = nsb > 1 ? sv : vmulq_n_f32(sv, d[i][b]);
+                f[i][v] = vfmaq_f32(f[i][v], vcvtq_f32_s32(acc[i][v]), sd);
+                if (corr == 2) f[i][v] = vfmaq_n_f32(f[i][v], vld1q_f32(m + 4 * v), mf[i][b]);
+            }
+        if (nsb > 1 && (b + 1) % nsb == 0) /* a super-block done: fm += g·dx */
+#pragma GCC unroll 4
+            for (int i = 0; i < IM; i++)
+#pragma GCC unroll 3
+                for (int v = 0; v < IV; v++) {
+                    float *p = &fm[i][4 * v];
+                    vst1q_f32(p, vfmaq_n_f32(vld1q_f32(p), f[i][v], d[i][b / nsb]));
+                    f[i][v] = vdupq_n_f32(0.0f);
+                }
+    }
+    for (int i = 0; i < mr; i++) {
+        float *p = C + i * ldc;
+        for (int v = 0; v < IV && 4 * v < nc; v++) {
+            float o[4];
+            vst1q_f32(o, nsb > 1 ? vld1q_f32(&fm[i][4 * v]) : f[i][v]);
+            const int n = nc - 4 * v < 4 ? nc - 4 * v : 4;
+            for (int l = 0; l < n; l++) p[4 * v + l] = add ? p[4 * v + l] + o[l] : o[l];
+        }
+    }
+}
+
+#define I8_TILE_ARGS int64_t nblk, const int8_t *A, int64_t lda, const float *dx, int64_t ldx, \
+    const void *mb, int64_t ldm, int mr, const uint8_t *B, size_t bbytes, int nc, float *C,    \
+    int64_t ldc, bool add
+#define I8_TILE_PASS nblk, A, lda, dx, ldx, mb, ldm, mr, B, bbytes, nc, C, ldc, add
+/* Q8_0 (signed, per-32 activations); Q4_K / Q5_K and Q6_K (per 256) */
+TDOT static void i8_tile_q8(I8_TILE_ARGS) { i8_tile(32, 0, 1, I8_TILE_PASS); }
+TDOT static void i8_tile_q45(I8_TILE_ARGS) { i8_tile(32, 2, 8, I8_TILE_PASS); }
+TDOT static void i8_tile_q6(I8_TILE_ARGS) { i8_tile(16, 1, 16, I8_TILE_PASS); }
+
+void neon_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                   int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
+                   bool add) {
+    void (*tile)(I8_TILE_ARGS) = kind->bk == 16 ? i8_tile_q6 : kind->sym ? i8_tile_q8 : i8_tile_q45;
+    const int64_t nblk = kc / kind->bk, ldx = a->ld / kind->ab, ldm = a->ld / kind->bk;
+    const size_t gbytes = mm_i8_group_bytes(kind, kc), bbytes = gbytes / (size_t)nblk;
+    for (int64_t t = 0; t < T; t += IM) {
+        const int mr = (int)(T - t < IM ? T - t : IM);
+        const int8_t *A = a->q + t * a->ld + k0;
+        const float *dx = a->dx + t * ldx + k0 / kind->ab;
+        const void *mb = (const char *)a->mb + (size_t)(t * ldm + k0 / kind->bk) * 4;
+        for (int64_t g = 0; g * IG < np; g++) {
+            const int64_t rows = np - g * IG < IG ? np - g * IG : IG;
+            for (int c0 = 0; c0 < rows; c0 += IC) {
+                const int nc = (int)(rows - c0 < IC ? rows - c0 : IC);
+                tile(nblk, A, a->ld, dx, ldx, mb, ldm, mr, panel + g * gbytes + 4 * (size_t)c0,
+                     bbytes, nc, y + t * ldy + g * IG + c0, ldy, add);
+            }
+        }
+    }
+}
+
+/* 12 independent chains of one instruction, as the x86 peak loops: kind 0
+ * f32 FMA (a lane = 2 operations), 2 SDOT (a lane = 4 products = 8). */
 #define KEEP(v) __asm__ volatile("" : "+w"(v));
-double neon_peak(int64_t iters) {
+static double peak_fma(int64_t iters) {
     const float32x4_t b = vdupq_n_f32(1.0000001f), c = vdupq_n_f32(1e-7f);
     float32x4_t a[12];
     for (int i = 0; i < 12; i++) a[i] = vdupq_n_f32((float)i);
@@ -162,10 +400,35 @@ double neon_peak(int64_t iters) {
     return (double)iters * 12 * 8 + (s == 12345.678f ? 1 : 0);
 }
 
+TDOT static double peak_sdot(int64_t iters) {
+    const int8x16_t b = vdupq_n_s8(1), c = vdupq_n_s8(-1);
+    int32x4_t a[12];
+    for (int i = 0; i < 12; i++) a[i] = vdupq_n_s32(i);
+    for (int64_t it = 0; it < iters; it++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) {
+            a[i] = vdotq_s32(a[i], b, c);
+            KEEP(a[i])
+        }
+    }
+    int32_t s = 0;
+    for (int i = 0; i < 12; i++) s += vgetq_lane_s32(a[i], 0);
+    return (double)iters * 12 * 32 + (s == 12345 ? 1 : 0);
+}
+
+double neon_peak(int kind, int64_t iters) { return kind == 2 ? peak_sdot(iters) : peak_fma(iters); }
+
 #else /* not AArch64: never called */
 void neon_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
 void neon_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
                   const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {}
-double neon_peak(int64_t iters) { return 0; }
+double neon_peak(int kind, int64_t iters) { return 0; }
+void neon_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
+                 int8_t *q, float *dx, void *mb) {}
+void neon_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+                  int64_t k0, int64_t kc, uint8_t *dst) {}
+void neon_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                   int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
+                   bool add) {}
 #endif
