@@ -128,62 +128,64 @@ typedef struct op_job {
 
 static bool by_rows(op_kind k) { return k == OPK_RMSNORM || k == OPK_L2NORM || k == OPK_L2NORM_GROUPS || k == OPK_MUL_SIGMOID_ROWS; }
 
+/* The elementwise kernels of one path (kernels/simd.h), the portable C
+ * ones for ref. */
+typedef struct op_vec {
+    void (*rmsnorm)(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps);
+    void (*l2norm)(float *x, int64_t n, int64_t rows, float eps);
+    void (*sigmoid)(float *x, int64_t n);
+    void (*silu_mul)(float *x, const float *g, int64_t n);    /* silu(x)·g */
+    void (*mul_silu)(float *x, const float *g, int64_t n);    /* x·silu(g) */
+    void (*mul_sigmoid)(float *x, const float *g, int64_t n); /* x·σ(g)    */
+    void (*exp)(const float *x, float *y, int64_t n);
+} op_vec;
+
+static void ref_mul_silu(float *x, const float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] *= op_silu1(g[i]);
+}
+static void ref_mul_sigmoid(float *x, const float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] *= op_sigmoid1(g[i]);
+}
+static void ref_exp(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]);
+}
+
+static const op_vec *op_vec_for(cpu_path p) {
+    static const op_vec ref = {op_rmsnorm, op_l2norm, op_sigmoid, op_silu_mul,
+                               ref_mul_silu, ref_mul_sigmoid, ref_exp};
+    static const op_vec avx2 = {avx2_rmsnorm, avx2_l2norm, avx2_sigmoid, avx2_silu_mul,
+                                avx2_mul_silu, avx2_mul_sigmoid, avx2_exp};
+    static const op_vec avx512 = {avx512_rmsnorm, avx512_l2norm, avx512_sigmoid, avx512_silu_mul,
+                                  avx512_mul_silu, avx512_mul_sigmoid, avx512_exp};
+    static const op_vec neon = {neon_rmsnorm, neon_l2norm, neon_sigmoid, neon_silu_mul,
+                                neon_mul_silu, neon_mul_sigmoid, neon_exp};
+    switch (p) {
+    case CPU_PATH_AVX2: return &avx2;
+    case CPU_PATH_AVX512:
+    case CPU_PATH_AMX: return &avx512;
+    case CPU_PATH_NEON: return &neon;
+    default: return &ref;
+    }
+}
+
 /* Rows [r0, r1) (norms) or elements [r0, r1) (elementwise) of one job. */
 static void op_range(const op_job *j, int64_t r0, int64_t r1) {
-    const cpu_path p = j->path;
-    int64_t nr = r1 - r0;
+    const op_vec *v = op_vec_for(j->path);
+    const int64_t nr = r1 - r0;
     float *y = j->y;
     const float *g = j->w;
     switch (j->kind) {
-    case OPK_RMSNORM:
-        if (cpu_path_avx512_family(p)) avx512_rmsnorm(y + r0 * j->n, j->x + r0 * j->n, j->w, j->n, nr, j->eps);
-        else if (p == CPU_PATH_AVX2) avx2_rmsnorm(y + r0 * j->n, j->x + r0 * j->n, j->w, j->n, nr, j->eps);
-        else op_rmsnorm(y + r0 * j->n, j->x + r0 * j->n, j->w, j->n, nr, j->eps);
-        return;
-    case OPK_L2NORM:
-        if (cpu_path_avx512_family(p)) avx512_l2norm(y + r0 * j->n, j->n, nr, j->eps);
-        else if (p == CPU_PATH_AVX2) avx2_l2norm(y + r0 * j->n, j->n, nr, j->eps);
-        else op_l2norm(y + r0 * j->n, j->n, nr, j->eps);
-        return;
-    case OPK_SIGMOID:
-        if (cpu_path_avx512_family(p)) avx512_sigmoid(y + r0, nr);
-        else if (p == CPU_PATH_AVX2) avx2_sigmoid(y + r0, nr);
-        else op_sigmoid(y + r0, nr);
-        return;
-    case OPK_SILU_MUL:
-        if (cpu_path_avx512_family(p)) avx512_silu_mul(y + r0, g + r0, nr);
-        else if (p == CPU_PATH_AVX2) avx2_silu_mul(y + r0, g + r0, nr);
-        else op_silu_mul(y + r0, g + r0, nr);
-        return;
-    case OPK_MUL_SILU:
-        if (cpu_path_avx512_family(p)) avx512_mul_silu(y + r0, g + r0, nr);
-        else if (p == CPU_PATH_AVX2) avx2_mul_silu(y + r0, g + r0, nr);
-        else
-            for (int64_t i = r0; i < r1; i++) y[i] *= op_silu1(g[i]);
-        return;
+    case OPK_RMSNORM: v->rmsnorm(y + r0 * j->n, j->x + r0 * j->n, j->w, j->n, nr, j->eps); return;
+    case OPK_L2NORM: v->l2norm(y + r0 * j->n, j->n, nr, j->eps); return;
+    case OPK_SIGMOID: v->sigmoid(y + r0, nr); return;
+    case OPK_SILU_MUL: v->silu_mul(y + r0, g + r0, nr); return;
+    case OPK_MUL_SILU: v->mul_silu(y + r0, g + r0, nr); return;
+    case OPK_MUL_SIGMOID: v->mul_sigmoid(y + r0, g + r0, nr); return;
     case OPK_L2NORM_GROUPS:
-        for (int64_t gi = r0; gi < r1; gi++) {
-            float *row = y + gi * j->ldx;
-            if (cpu_path_avx512_family(p)) avx512_l2norm(row, j->n, j->per, j->eps);
-            else if (p == CPU_PATH_AVX2) avx2_l2norm(row, j->n, j->per, j->eps);
-            else op_l2norm(row, j->n, j->per, j->eps);
-        }
+        for (int64_t gi = r0; gi < r1; gi++) v->l2norm(y + gi * j->ldx, j->n, j->per, j->eps);
         return;
     case OPK_MUL_SIGMOID_ROWS:
-        for (int64_t ri = r0; ri < r1; ri++) {
-            float *row = y + ri * j->ldx;
-            const float *gr = g + ri * j->ldg;
-            if (cpu_path_avx512_family(p)) avx512_mul_sigmoid(row, gr, j->n);
-            else if (p == CPU_PATH_AVX2) avx2_mul_sigmoid(row, gr, j->n);
-            else
-                for (int64_t i = 0; i < j->n; i++) row[i] *= op_sigmoid1(gr[i]);
-        }
-        return;
-    case OPK_MUL_SIGMOID:
-        if (cpu_path_avx512_family(p)) avx512_mul_sigmoid(y + r0, g + r0, nr);
-        else if (p == CPU_PATH_AVX2) avx2_mul_sigmoid(y + r0, g + r0, nr);
-        else
-            for (int64_t i = r0; i < r1; i++) y[i] *= op_sigmoid1(g[i]);
+        for (int64_t ri = r0; ri < r1; ri++) v->mul_sigmoid(y + ri * j->ldx, g + ri * j->ldg, j->n);
         return;
     }
 }
@@ -240,9 +242,4 @@ void op_mul_sigmoid_rows_ex(cpu_path path, tp_pool *pool, float *x, int64_t ldx,
                            .rows = rows, .ldx = ldx, .ldg = ldg});
 }
 
-void op_exp_ex(cpu_path path, const float *x, float *y, int64_t n) {
-    if (cpu_path_avx512_family(path)) avx512_exp(x, y, n);
-    else if (path == CPU_PATH_AVX2) avx2_exp(x, y, n);
-    else
-        for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]);
-}
+void op_exp_ex(cpu_path path, const float *x, float *y, int64_t n) { op_vec_for(path)->exp(x, y, n); }

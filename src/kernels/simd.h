@@ -247,6 +247,14 @@ void neon_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0,
  * bytes signed or not). */
 void neon_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                   int64_t k0, int64_t kc, uint8_t *dst);
+/* The avx2 elementwise contracts (exp: 0 below −87.3). */
+void neon_exp(const float *x, float *y, int64_t n);
+void neon_sigmoid(float *x, int64_t n);
+void neon_silu_mul(float *x, const float *g, int64_t n);
+void neon_mul_silu(float *x, const float *g, int64_t n);
+void neon_mul_sigmoid(float *x, const float *g, int64_t n);
+void neon_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps);
+void neon_l2norm(float *x, int64_t n, int64_t rows, float eps);
 /* avx512_i8_panel's contract without the prefetch. */
 void neon_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                    int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,

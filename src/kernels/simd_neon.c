@@ -7,7 +7,8 @@
  * the CPU has the ARMv8.2 dot product, the int8 path for quantized
  * weights: activations quantized as on avx512, weights packed into the
  * same I8 groups (signed: SDOT multiplies int8 by int8) and a 4-token x
- * 12-row SDOT tile.  32 vector registers of 4 lanes: 24 accumulators, the
+ * 12-row SDOT tile; the elementwise ops (exp, sigmoid, the SiLU products,
+ * RMS and L2 norms) as on avx2.  32 vector registers of 4 lanes: 24 accumulators, the
  * rest operands.  NEON is part of every AArch64 CPU, so no run-time check
  * is needed for it; the SDOT functions carry their own target attribute
  * and run only when cpu_detect saw HWCAP_ASIMDDP.  Off AArch64 the
@@ -381,6 +382,109 @@ void neon_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_
     }
 }
 
+/* ==== elementwise ============================================================== */
+
+/* The first n values at p (n < 4: the rest zero), and the store of the
+ * first n lanes: the tails of the maps below. */
+INLINE float32x4_t load_n(const float *p, int64_t n) {
+    if (n >= 4) return vld1q_f32(p);
+    float t[4] = {0};
+    memcpy(t, p, (size_t)n * sizeof *t);
+    return vld1q_f32(t);
+}
+INLINE void store_n(float *p, float32x4_t v, int64_t n) {
+    if (n >= 4) {
+        vst1q_f32(p, v);
+        return;
+    }
+    float t[4];
+    vst1q_f32(t, v);
+    memcpy(p, t, (size_t)n * sizeof *t);
+}
+
+/* e^x as in simd_avx2.c: n = round(x·log2 e), r = x − n·ln 2 (two-part),
+ * Cephes' degree-6 polynomial, 2^n as two normal factors; inputs below
+ * −87.3 (results under FLT_MIN) give 0. */
+INLINE float32x4_t exp4(float32x4_t x) {
+    const uint32x4_t tiny = vcltq_f32(x, vdupq_n_f32(-87.33654f));
+    x = vmaxq_f32(vminq_f32(x, vdupq_n_f32(88.72283f)), vdupq_n_f32(-87.33654f));
+    const float32x4_t n = vrndnq_f32(vmulq_n_f32(x, 1.44269504089f));
+    float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693359375f));
+    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t p = vdupq_n_f32(1.9875691500e-4f);
+    p = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), p, r);
+    float32x4_t y = vaddq_f32(vfmaq_f32(r, p, vmulq_f32(r, r)), vdupq_n_f32(1.0f));
+    const int32x4_t ni = vcvtq_s32_f32(n);
+    const int32x4_t h = vshrq_n_s32(ni, 1), l = vsubq_s32(ni, h);
+    const float32x4_t s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(h, vdupq_n_s32(127)), 23));
+    const float32x4_t s2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(l, vdupq_n_s32(127)), 23));
+    y = vmulq_f32(vmulq_f32(y, s1), s2);
+    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(y), tiny));
+}
+
+/* 1 / (1 + e^−x) (AArch64 divides vectors exactly). */
+INLINE float32x4_t sigmoid4(float32x4_t x) {
+    const float32x4_t one = vdupq_n_f32(1.0f);
+    return vdivq_f32(one, vaddq_f32(one, exp4(vnegq_f32(x))));
+}
+
+void neon_exp(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 4) store_n(y + i, exp4(load_n(x + i, n - i)), n - i);
+}
+void neon_sigmoid(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 4) store_n(x + i, sigmoid4(load_n(x + i, n - i)), n - i);
+}
+void neon_silu_mul(float *x, const float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i += 4) {
+        const float32x4_t v = load_n(x + i, n - i);
+        store_n(x + i, vmulq_f32(vmulq_f32(v, sigmoid4(v)), load_n(g + i, n - i)), n - i);
+    }
+}
+void neon_mul_silu(float *x, const float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i += 4) {
+        const float32x4_t v = load_n(g + i, n - i);
+        store_n(x + i, vmulq_f32(load_n(x + i, n - i), vmulq_f32(v, sigmoid4(v))), n - i);
+    }
+}
+void neon_mul_sigmoid(float *x, const float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i += 4)
+        store_n(x + i, vmulq_f32(load_n(x + i, n - i), sigmoid4(load_n(g + i, n - i))), n - i);
+}
+
+/* Σ x² with the squares in f32 and the sum in double (ggml's rounding). */
+static double sumsq4(const float *x, int64_t n) {
+    float64x2_t a0 = vdupq_n_f64(0.0), a1 = vdupq_n_f64(0.0);
+    for (int64_t i = 0; i < n; i += 4) {
+        const float32x4_t v = load_n(x + i, n - i), sq = vmulq_f32(v, v);
+        a0 = vaddq_f64(a0, vcvt_f64_f32(vget_low_f32(sq)));
+        a1 = vaddq_f64(a1, vcvt_high_f64_f32(sq));
+    }
+    return vaddvq_f64(vaddq_f64(a0, a1));
+}
+
+void neon_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        const float sc = 1.0f / sqrtf((float)(sumsq4(xr, n) / (double)n) + eps);
+        for (int64_t i = 0; i < n; i += 4)
+            store_n(yr + i, vmulq_f32(vmulq_n_f32(load_n(xr + i, n - i), sc), load_n(w + i, n - i)),
+                    n - i);
+    }
+}
+
+void neon_l2norm(float *x, int64_t n, int64_t rows, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *xr = x + r * n;
+        const float sc = 1.0f / fmaxf(sqrtf((float)sumsq4(xr, n)), eps);
+        for (int64_t i = 0; i < n; i += 4) store_n(xr + i, vmulq_n_f32(load_n(xr + i, n - i), sc), n - i);
+    }
+}
+
 /* 12 independent chains of one instruction, as the x86 peak loops: kind 0
  * f32 FMA (a lane = 2 operations), 2 SDOT (a lane = 4 products = 8). */
 #define KEEP(v) __asm__ volatile("" : "+w"(v));
@@ -424,6 +528,13 @@ void neon_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const floa
 void neon_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
                   const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {}
 double neon_peak(int kind, int64_t iters) { return 0; }
+void neon_exp(const float *x, float *y, int64_t n) {}
+void neon_sigmoid(float *x, int64_t n) {}
+void neon_silu_mul(float *x, const float *g, int64_t n) {}
+void neon_mul_silu(float *x, const float *g, int64_t n) {}
+void neon_mul_sigmoid(float *x, const float *g, int64_t n) {}
+void neon_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps) {}
+void neon_l2norm(float *x, int64_t n, int64_t rows, float eps) {}
 void neon_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
                  int8_t *q, float *dx, void *mb) {}
 void neon_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
