@@ -141,9 +141,9 @@ bool clef_kq_unpack(uint32_t type, const uint8_t *block, clef_kq_parts *out) {
 }
 
 /* x = d·sc·q − dmin·mn per sub-block of 32 (Q4_K, Q5_K). */
-static void dq_q45_k(uint32_t type, const uint8_t *b, float *y) {
+static void dq_q45_k(bool five, const uint8_t *b, float *y) {
     clef_kq_parts k;
-    clef_kq_unpack(type, b, &k);
+    unpack_q45_k(five, b, &k);
     for (int j = 0; j < 8; j++) {
         float dj = k.d * (float)k.sc[j], oj = k.dmin * (float)k.mn[j];
         for (int l = 0; l < 32; l++) y[32 * j + l] = dj * (float)k.q[32 * j + l] - oj;
@@ -178,7 +178,7 @@ bool clef_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) 
     case CLEF_DTYPE_Q4_K:
     case CLEF_DTYPE_Q5_K:
         for (int64_t i = 0; i < blocks; i++)
-            dq_q45_k(type, p + (size_t)info->type_size * i, dst + 256 * i);
+            dq_q45_k(type == CLEF_DTYPE_Q5_K, p + (size_t)info->type_size * i, dst + 256 * i);
         return true;
     case CLEF_DTYPE_Q6_K:
         for (int64_t i = 0; i < blocks; i++) dq_q6_k(p + 210 * i, dst + 256 * i);

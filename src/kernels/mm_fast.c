@@ -110,7 +110,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         if (tg->amx || neon_dot) { /* Q8_0 (the K-quants went to planes above
                                      * on amx): signed, TDPBSSD / SDOT */
             p->i8.signed_q = w->type == CLEF_DTYPE_Q8_0;
-            p->i8.off = p->i8.signed_q ? 0 : p->i8.off;
+            if (p->i8.signed_q) p->i8.off = 0;
         }
     } else {
         p->kind = MM_KIND_DOT_F32;
