@@ -166,13 +166,13 @@ static int usable(path_run *out) {
     cpu_detect(&f);
     int n = 0;
     out[n++] = (path_run){"ref", false, false};
-    if (cpu_path_supported(&f, CPU_PATH_AVX2)) out[n++] = (path_run){"avx2", true, false};
+    if (cpu_path_supported(&f, CPU_PATH_AVX2)) out[n++] = (path_run){"avx2", true, true};
     else printf("[oracle] skip avx2: not supported here\n");
     if (cpu_path_supported(&f, CPU_PATH_NEON)) out[n++] = (path_run){"neon", true, f.neon_dot};
     else printf("[oracle] skip neon: not supported here\n");
-    if (cpu_path_supported(&f, CPU_PATH_AVX512)) out[n++] = (path_run){"avx512", true, f.avx512vnni};
+    if (cpu_path_supported(&f, CPU_PATH_AVX512)) out[n++] = (path_run){"avx512", true, true};
     else printf("[oracle] skip avx512: not supported here\n");
-    if (cpu_path_supported(&f, CPU_PATH_AMX)) out[n++] = (path_run){"amx", true, f.avx512vnni};
+    if (cpu_path_supported(&f, CPU_PATH_AMX)) out[n++] = (path_run){"amx", true, true};
     else printf("[oracle] skip amx: not supported here\n");
     return n;
 }

@@ -11,14 +11,15 @@
  * the best the CPU has):
  *   ref     portable C, weights dequantized to f32, f32 activations: the
  *           arbiter every other path is tested against
- *   avx2    AVX2+FMA: f32 kernels (BF16/quantized weights widened to f32;
- *           BF16 weights meet activations rounded to BF16, as llama.cpp)
+ *   avx2    AVX2+FMA: f32 kernels (BF16 weights widened to f32 meet
+ *           activations rounded to BF16, as llama.cpp); Q8_0/Q4_K/Q5_K/Q6_K
+ *           weights meet int8 activations on vpmaddubsw
  *   avx512  AVX-512F/BW/VL; BF16 weights meet BF16 activations, on
  *           vdpbf16ps where it outruns f32 FMAs (AMD: Zen 4/5), else widened
  *           to f32 panels for FMAs (Intel: vdpbf16ps zmm issues at 1.3/ns
  *           against 5.4/ns for an FMA on Emerald Rapids, half the flops);
- *           with AVX512_VNNI, Q8_0/Q4_K/Q5_K/Q6_K weights use vpdpbusd on
- *           int8 activations (per-32 blocks)
+ *           Q8_0/Q4_K/Q5_K/Q6_K weights meet int8 activations, on vpdpbusd
+ *           with AVX512_VNNI, else on avx2's vpmaddubsw kernels
  *   amx     avx512 plus AMX tiles: BF16 and quantized weights on
  *           TDPBF16PS / TDPBSSD / TDPBSUD.  Needs the tile-data
  *           permission from Linux (arch_prctl ARCH_REQ_XCOMP_PERM);

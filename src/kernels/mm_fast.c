@@ -40,6 +40,23 @@ typedef enum mm_kind {
     MM_KIND_AMX_KQ,     /* K-quants as byte planes, per-256 activations      */
 } mm_kind;
 
+/* The int8 path's three steps on one ISA (kernels/simd.h's contracts). */
+typedef struct mm_i8_isa {
+    void (*act)(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
+                int8_t *q, float *dx, void *mb);
+    void (*pack)(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np, int64_t k0,
+                 int64_t kc, uint8_t *dst);
+    void (*panel)(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
+                  const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add,
+                  const mm_prefetch *pf);
+    bool prefetch; /* the panel brings the next stored rows into L2 */
+    bool signed_q; /* its packer keeps Q8_0 signed */
+} mm_i8_isa;
+
+static const mm_i8_isa I8_AVX512 = {avx512_act_i8, avx512_pack_i8, avx512_i8_panel, true, false};
+static const mm_i8_isa I8_AVX2 = {avx2_act_i8, mm_pack_i8_signed, avx2_i8_panel, false, true};
+static const mm_i8_isa I8_NEON = {neon_act_i8, mm_pack_i8_signed, neon_i8_panel, false, true};
+
 typedef struct mm_plan {
     cpu_path path;
     mm_kind kind;
@@ -47,6 +64,7 @@ typedef struct mm_plan {
     bool round_bf16;    /* BF16 weights widened to f32: activations rounded to BF16 */
     bool bcast_fold;    /* BC kinds: the target's broadcast form (core/cpu.h)   */
     mm_i8_kind i8;
+    const mm_i8_isa *i8isa; /* I8 and AMX_I8 kinds: act, pack (and panel)   */
     uint32_t type;      /* the weights' (AMX_KQ records depend on it)           */
     int64_t KC, NP;     /* k per block, rows per panel                          */
 } mm_plan;
@@ -71,6 +89,8 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
     if (tg->path == CPU_PATH_REF) return false;
     const bool avx512 = cpu_path_avx512_family(tg->path); /* else avx2 or neon: the DOT_F32 kind */
     const bool neon_dot = tg->path == CPU_PATH_NEON && tg->dot; /* and I8 on SDOT */
+    /* int8 activations: every x86 path (vpdpbusd, else vpmaddubsw) and SDOT */
+    const bool int8 = avx512 || tg->path == CPU_PATH_AVX2 || neon_dot;
     /* the packers that gather from 16 rows (the widened panels, and the
      * I8 groups' scales) need their offsets in int32 */
     const bool gather = w->row_bytes <= INT32_MAX / 16;
@@ -99,19 +119,19 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->NP = MM_NP_AMX_KQ;
         p->KC = MM_KC_I8;
         p->i8.ab = 256; /* its own per-256 activations (amx_act_kq) */
-    } else if ((tg->amx || (avx512 && tg->vnni) || neon_dot) && is_i8_type(w->type) && gather) {
+    } else if (int8 && is_i8_type(w->type) && gather) {
         p->kind = tg->amx ? MM_KIND_AMX_I8 : MM_KIND_I8;
+        p->i8isa = avx512 && (tg->vnni || tg->amx) ? &I8_AVX512 : neon_dot ? &I8_NEON : &I8_AVX2;
         p->KC = MM_KC_I8;
         p->i8.bk = w->type == CLEF_DTYPE_Q6_K ? 16 : 32;
         p->i8.ab = kquant ? 256 : 32;
         p->i8.sym = w->type == CLEF_DTYPE_Q8_0 || w->type == CLEF_DTYPE_Q6_K;
         p->i8.off = w->type == CLEF_DTYPE_Q8_0 ? 128 : w->type == CLEF_DTYPE_Q6_K ? 32 : 0;
         p->i8.f16_scale = w->type == CLEF_DTYPE_Q8_0;
-        if (tg->amx || neon_dot) { /* Q8_0 (the K-quants went to planes above
-                                     * on amx): signed, TDPBSSD / SDOT */
-            p->i8.signed_q = w->type == CLEF_DTYPE_Q8_0;
-            if (p->i8.signed_q) p->i8.off = 0;
-        }
+        /* Q8_0 signed for TDPBSSD (the K-quants went to planes above on
+         * amx), SDOT and the sign step of vpmaddubsw */
+        p->i8.signed_q = w->type == CLEF_DTYPE_Q8_0 && (tg->amx || p->i8isa->signed_q);
+        if (p->i8.signed_q) p->i8.off = 0;
     } else {
         p->kind = MM_KIND_DOT_F32;
         p->direct = w->type == CLEF_DTYPE_F32;
@@ -257,10 +277,8 @@ static void act_task(void *ctx, int ith, int nth) {
     case MM_KIND_DOT_BF16: avx512_act_bf16(j->x, in, t0, t1, (uint16_t *)j->act); break;
     case MM_KIND_I8:
     case MM_KIND_AMX_I8:
-        if (j->p.path == CPU_PATH_NEON)
-            neon_act_i8(&j->p.i8, j->x, in, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dx, (void *)j->i8.mb);
-        else
-            avx512_act_i8(&j->p.i8, j->x, in, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dx, (void *)j->i8.mb);
+        j->p.i8isa->act(&j->p.i8, j->x, in, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dx,
+                        (void *)j->i8.mb);
         if (j->p.kind == MM_KIND_AMX_I8) transpose_scales(j, t0, tp);
         break;
     default: /* BF16 weights widened to f32 meet BF16-rounded activations */
@@ -325,17 +343,12 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
         break;
     case MM_KIND_I8: {
         const mm_i8_act a = i8_from(&j->i8, &j->p.i8, tk.t0);
-        if (j->p.path == CPU_PATH_NEON) {
-            neon_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
-            neon_i8_panel(&j->p.i8, &a, T, k0, kc, tb, np, y, out, add);
-        } else {
-            avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
-            avx512_i8_panel(&j->p.i8, &a, T, k0, kc, tb, np, y, out, add, next);
-        }
+        j->p.i8isa->pack(&j->p.i8, w, p0, np, k0, kc, tb);
+        j->p.i8isa->panel(&j->p.i8, &a, T, k0, kc, tb, np, y, out, add, next);
         break;
     }
     case MM_KIND_AMX_I8:
-        avx512_pack_i8(&j->p.i8, w, p0, np, k0, kc, tb);
+        j->p.i8isa->pack(&j->p.i8, w, p0, np, k0, kc, tb);
         amx_i8_panel(&j->p.i8, &j->i8, T, k0, kc, tb, np, y, out, add);
         break;
     case MM_KIND_AMX_KQ:
@@ -396,7 +409,7 @@ static int64_t part(int64_t total, int64_t at, int64_t step) {
  * kind whose kernel does not prefetch). */
 static mm_prefetch next_stored(const mm_fast_job *j, int64_t p0, int64_t k1, int64_t p_next) {
     const mm_weight *w = j->w;
-    if (j->p.kind != MM_KIND_I8 || j->p.path == CPU_PATH_NEON || (k1 >= w->in && p_next < 0))
+    if (j->p.kind != MM_KIND_I8 || !j->p.i8isa->prefetch || (k1 >= w->in && p_next < 0))
         return (mm_prefetch){0};
     if (k1 >= w->in) {
         p0 = p_next;

@@ -4,7 +4,7 @@
  *
  * Every thread of the pool runs the same register-resident loop of the one
  * instruction the path's matmuls are built on (f32 FMA on ymm, zmm or NEON
- * vectors, vdpbf16ps, vpdpbusd or SDOT, or on amx the tile products TDPBF16PS /
+ * vectors, vdpbf16ps, vpdpbusd, vpmaddubsw or SDOT, or on amx the tile products TDPBF16PS /
  * TDPBSUD on four accumulator tiles; kernels/simd.h); no memory is touched, so this is the
  * arithmetic ceiling, not a achievable matmul rate.  The ref path's loop is
  * portable C with eight independent multiply-add chains (whatever the
@@ -46,7 +46,7 @@ static double peak_run(const peak_job *j) {
     switch (j->path) {
     case CPU_PATH_AVX512:
     case CPU_PATH_AMX: return avx512_peak(j->kind, j->iters);
-    case CPU_PATH_AVX2: return avx2_peak(j->iters);
+    case CPU_PATH_AVX2: return avx2_peak(j->kind, j->iters);
     case CPU_PATH_NEON: return neon_peak(j->kind, j->iters);
     default: return ref_peak(j->iters);
     }
@@ -60,11 +60,14 @@ static void peak_task(void *ctx, int ith, int nth) {
 
 double mm_peak_gflops(const cpu_target *tg, const char *precision, tp_pool *pool, double seconds) {
     peak_job j = {.path = tg->path, .kind = 0, .iters = 1 << 16};
+    const bool int8 = !strcmp(precision, "int8");
     if (cpu_path_avx512_family(tg->path)) {
         if (!strcmp(precision, "bf16") && tg->bf16) j.kind = 1;
-        if (!strcmp(precision, "int8") && tg->vnni) j.kind = 2;
+        if (int8) j.kind = 2;
+        if (int8 && !tg->vnni) j.path = CPU_PATH_AVX2; /* the avx2 int8 kernels */
     }
-    if (tg->path == CPU_PATH_NEON && tg->dot && !strcmp(precision, "int8")) j.kind = 2;
+    if (tg->path == CPU_PATH_AVX2 && int8) j.kind = 2;
+    if (tg->path == CPU_PATH_NEON && tg->dot && int8) j.kind = 2;
     if (tg->amx) {
         /* tile products are what the matmuls use (the int8 peak is
          * measured with TDPBSUD) */

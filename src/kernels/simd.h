@@ -33,7 +33,7 @@
  *     u8 q[bk/4][48][4], f32 s[48], f32 m[48]   with W[r][k] = s[r]·q + m[r]
  * where q is the stored quant made unsigned (Q8_0: q+128, m = −128·s; Q6_K:
  * q6 in 0..63, m = −32·s; Q4_K/Q5_K: the quant, s = d·sc, m = −dmin·min);
- * for the AMX and NEON kernels Q8_0 stays signed (m = 0).
+ * for the AMX, NEON and AVX2 kernels Q8_0 stays signed (m = 0).
  * Rows past the weight's end are zero.  I8 activations: per ab values (32
  * for Q8_0, its layout; 256 for the K-quants, llama.cpp's Q8_K) an int8
  * block with one f32 scale dx, plus per weight block the m term: −off·Σq
@@ -221,7 +221,21 @@ void amx_kq_panel(uint32_t type, const mm_i8_act *a, int64_t T, int64_t k0, int6
 double amx_peak(int kind, int64_t iters);
 
 /* ---- AVX2 + FMA (simd_avx2.c) ---- */
-double avx2_peak(int64_t iters);            /* f32 FMA on ymm                 */
+/* kind 0: f32 FMA on ymm; 2: vpmaddubsw (a lane = 2 products and their
+ * sum, counted 4 operations, as a vpdpbusd lane's 4 products count 8) */
+double avx2_peak(int kind, int64_t iters);
+/* avx512_act_i8's contract. */
+void avx2_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
+                 int8_t *q, float *dx, void *mb);
+/* avx512_i8_panel's contract on panels from mm_pack_i8_signed, on
+ * vpmaddubsw (pf is not used).  Its int16 pair sums must not saturate:
+ * Q8_0 (signed) multiplies |w| by x with w's sign (|Σ| ≤ 2·128·127); the
+ * K-quants' unsigned quants (below 64) meet x as they are, and several
+ * k-quads are summed in int16 before widening (Q4_K/Q5_K 4, Q6_K 2: at
+ * most 4·2·31·127 and 2·2·63·127, below 2^15). */
+void avx2_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                   int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
+                   bool add, const mm_prefetch *pf);
 void avx2_exp(const float *x, float *y, int64_t n);
 void avx2_silu_mul(float *x, const float *g, int64_t n);
 void avx2_mul_silu(float *x, const float *g, int64_t n);
@@ -242,11 +256,6 @@ double neon_peak(int kind, int64_t iters);
 /* avx512_act_i8's contract. */
 void neon_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
                  int8_t *q, float *dx, void *mb);
-/* avx512_pack_i8's contract, Q8_0 always signed (kind->signed_q: SDOT
- * multiplies int8 by int8; the K-quants' quants are below 64, the same
- * bytes signed or not). */
-void neon_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
-                  int64_t k0, int64_t kc, uint8_t *dst);
 /* The avx2 elementwise contracts (exp: 0 below −87.3). */
 void neon_exp(const float *x, float *y, int64_t n);
 void neon_sigmoid(float *x, int64_t n);
@@ -255,10 +264,11 @@ void neon_mul_silu(float *x, const float *g, int64_t n);
 void neon_mul_sigmoid(float *x, const float *g, int64_t n);
 void neon_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps);
 void neon_l2norm(float *x, int64_t n, int64_t rows, float eps);
-/* avx512_i8_panel's contract without the prefetch. */
+/* avx512_i8_panel's contract on panels from mm_pack_i8_signed (pf is
+ * not used). */
 void neon_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                    int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
-                   bool add);
+                   bool add, const mm_prefetch *pf);
 void neon_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
 void neon_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
@@ -272,5 +282,21 @@ void mm_dequant_rows(const mm_weight *w, int64_t r0, int64_t nr, int64_t k0, int
                      float *dst);
 /* x rounded to BF16 and back (llama.cpp's BF16 activations), n values. */
 void mm_round_bf16(const float *x, int64_t n, float *dst);
+
+/* ---- portable halves of the int8 path (i8_portable.c) ---- */
+
+/* avx512_pack_i8's contract with Q8_0 kept signed (kind->signed_q; m = 0):
+ * the packer of the paths whose products multiply int8 by int8 (SDOT) or
+ * need the weight's sign (vpmaddubsw).  The K-quants' quants are below 64,
+ * the same bytes signed or not. */
+void mm_pack_i8_signed(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+                       int64_t k0, int64_t kc, uint8_t *dst);
+/* One block of n values (32 or 256) with one scale, llama.cpp's rule:
+ * d = max|x|/127, q = x·(1/d) rounded to nearest even and saturated;
+ * sums16[i] = Σq of values [16i, 16i+16).  Returns d. */
+typedef float (*mm_quant_block_fn)(const float *x, int n, int8_t *q, int32_t *sums16);
+/* avx512_act_i8's contract, block by block through `quant`. */
+void mm_act_i8_by_blocks(mm_quant_block_fn quant, const mm_i8_kind *kind, const float *x,
+                         int64_t in, int64_t t0, int64_t t1, int8_t *q, float *dx, void *mb);
 
 #endif

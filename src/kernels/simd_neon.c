@@ -22,7 +22,6 @@
 #include <string.h>
 
 #include "core/dtype.h"
-#include "kernels/dequant.h"
 
 #define INLINE static inline __attribute__((always_inline))
 #define TDOT __attribute__((target("arch=armv8.2-a+dotprod")))
@@ -178,90 +177,7 @@ static float quant_block(const float *x, int n, int8_t *q, int32_t *sums) {
 
 void neon_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
                  int8_t *q, float *dx, void *mb) {
-    const int ab = kind->ab, bk = kind->bk;
-    const int64_t nab = in / ab, nbk = in / bk;
-    for (int64_t t = t0; t < t1; t++)
-        for (int64_t b = 0; b < nab; b++) {
-            int32_t s16[256 / 16];
-            const int64_t at = t * in + b * ab;
-            const float d = quant_block(x + at, ab, q + at, s16);
-            const float dd = kind->f16_scale ? clef_f16_to_f32(clef_f32_to_f16(d)) : d;
-            dx[t * nab + b] = dd;
-            for (int j = 0; j < ab / bk; j++) { /* the m term per weight block */
-                int32_t s = 0;
-                for (int u = 0; u < bk / 16; u++) s += s16[j * (bk / 16) + u];
-                const int64_t o = t * nbk + b * (ab / bk) + j;
-                if (kind->sym) ((int32_t *)mb)[o] = -kind->off * s;
-                else ((float *)mb)[o] = ab == 256 ? (float)s : dd * (float)s;
-            }
-        }
-}
-
-/* The 4 bytes of k-quad kq of row i within a packed block (I8 layout). */
-static uint8_t *quad_at(uint8_t *block, int kq, int i) { return block + (size_t)(kq * IG + i) * 4; }
-
-/* Q8_0 rows as stored (signed, m = 0: SDOT takes int8 weights). */
-static void pack_q8_0(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
-                      uint8_t *dst) {
-    const int64_t nblk = kc / 32, groups = (np + IG - 1) / IG;
-    const size_t bbytes = 32 * IG + 2 * IG * sizeof(float);
-    for (int64_t g = 0; g < groups; g++)
-        for (int i = 0; i < IG; i++) {
-            const int64_t row = g * IG + i;
-            const bool live = row < np; /* rows past np are zero */
-            const uint8_t *src = live ? (const uint8_t *)w->data + (size_t)(r0 + row) * w->row_bytes +
-                                            (size_t)(k0 / 32) * 34
-                                      : NULL;
-            for (int64_t b = 0; b < nblk; b++) {
-                uint8_t *bp = dst + (size_t)(g * nblk + b) * bbytes;
-                float *s = (float *)(bp + 32 * IG);
-                s[i] = live ? clef_load_f16(src + 34 * b) : 0.0f;
-                s[IG + i] = 0.0f;
-                for (int kq = 0; kq < 8; kq++) {
-                    if (live) memcpy(quad_at(bp, kq, i), src + 34 * b + 2 + 4 * kq, 4);
-                    else memset(quad_at(bp, kq, i), 0, 4);
-                }
-            }
-        }
-}
-
-/* Q4_K / Q5_K / Q6_K rows: each super-block unpacked to its integers
- * (clef_kq_unpack), quants unsigned below 64 (so the same bytes as int8),
- * s = d·sc and m = −dmin·mn (Q6_K: m = −32·s), as the dequantizer forms
- * them. */
-static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
-                        int64_t k0, int64_t kc, uint8_t *dst) {
-    const int bk = kind->bk, per = 256 / bk;
-    const int64_t nsb = kc / 256, nblk = kc / bk, groups = (np + IG - 1) / IG;
-    const size_t bbytes = (size_t)bk * IG + 2 * IG * sizeof(float);
-    const size_t tsz = clef_dtype_get(w->type)->type_size;
-    clef_kq_parts k;
-    for (int64_t g = 0; g < groups; g++)
-        for (int i = 0; i < IG; i++) {
-            const int64_t row = g * IG + i;
-            const bool live = row < np;
-            const uint8_t *src = live ? (const uint8_t *)w->data + (size_t)(r0 + row) * w->row_bytes +
-                                            (size_t)(k0 / 256) * tsz
-                                      : NULL;
-            for (int64_t sb = 0; sb < nsb; sb++) {
-                if (live) clef_kq_unpack(w->type, src + sb * tsz, &k);
-                else memset(&k, 0, sizeof k);
-                for (int j = 0; j < per; j++) {
-                    uint8_t *bp = dst + (size_t)(g * nblk + sb * per + j) * bbytes;
-                    float *s = (float *)(bp + (size_t)bk * IG);
-                    s[i] = k.d * (float)k.sc[j];
-                    s[IG + i] = kind->sym ? -32.0f * s[i] : -(k.dmin * (float)k.mn[j]);
-                    for (int kq = 0; kq < bk / 4; kq++)
-                        memcpy(quad_at(bp, kq, i), k.q + j * bk + 4 * kq, 4);
-                }
-            }
-        }
-}
-
-void neon_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
-                  int64_t k0, int64_t kc, uint8_t *dst) {
-    if (w->type == CLEF_DTYPE_Q8_0) pack_q8_0(w, r0, np, k0, kc, dst);
-    else pack_kquant(kind, w, r0, np, k0, kc, dst);
+    mm_act_i8_by_blocks(quant_block, kind, x, in, t0, t1, q, dx, mb);
 }
 
 /* acc[i][v] += the dots of k-quad l of x[i] (16 bytes: 4 quads) with the
@@ -362,7 +278,8 @@ TDOT static void i8_tile_q6(I8_TILE_ARGS) { i8_tile(16, 1, 16, I8_TILE_PASS); }
 
 void neon_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                    int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
-                   bool add) {
+                   bool add, const mm_prefetch *pf) {
+    (void)pf; /* the hardware prefetcher's, for now */
     void (*tile)(I8_TILE_ARGS) = kind->bk == 16 ? i8_tile_q6 : kind->sym ? i8_tile_q8 : i8_tile_q45;
     const int64_t nblk = kc / kind->bk, ldx = a->ld / kind->ab, ldm = a->ld / kind->bk;
     const size_t gbytes = mm_i8_group_bytes(kind, kc), bbytes = gbytes / (size_t)nblk;
@@ -537,9 +454,7 @@ void neon_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t r
 void neon_l2norm(float *x, int64_t n, int64_t rows, float eps) {}
 void neon_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
                  int8_t *q, float *dx, void *mb) {}
-void neon_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
-                  int64_t k0, int64_t kc, uint8_t *dst) {}
 void neon_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                    int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
-                   bool add) {}
+                   bool add, const mm_prefetch *pf) {}
 #endif
