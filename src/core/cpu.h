@@ -11,9 +11,10 @@
  * the best the CPU has):
  *   ref     portable C, weights dequantized to f32, f32 activations: the
  *           arbiter every other path is tested against
- *   avx2    AVX2+FMA: f32 kernels (BF16 weights widened to f32 meet
+ *   avx2    AVX2+FMA+F16C: f32 kernels (BF16 weights widened to f32 meet
  *           activations rounded to BF16, as llama.cpp); Q8_0/Q4_K/Q5_K/Q6_K
- *           weights meet int8 activations on vpmaddubsw
+ *           weights meet int8 activations on vpmaddubsw; the decision
+ *           head's BF16/F16 matrices are widened in registers (f32_act)
  *   avx512  AVX-512F/BW/VL; BF16 weights meet BF16 activations, on
  *           vdpbf16ps where it outruns f32 FMAs (AMD: Zen 4/5), else widened
  *           to f32 panels for FMAs (Intel: vdpbf16ps zmm issues at 1.3/ns

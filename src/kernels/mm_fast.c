@@ -101,7 +101,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->kind = MM_KIND_AMX_BF16;
         p->NP = MM_NP_AMX_BF16;
         p->KC = w->in; /* the kernel blocks k itself; C stays in its scratch */
-    } else if (avx512 && w->f32_act &&
+    } else if ((avx512 || tg->path == CPU_PATH_AVX2) && w->f32_act &&
                (w->type == CLEF_DTYPE_BF16 || w->type == CLEF_DTYPE_F16)) {
         p->kind = MM_KIND_DOT_W16; /* no pack: the head's products have a few rows */
         p->direct = true;
@@ -338,8 +338,9 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
                         (const uint16_t *)rows + k0, (int64_t)(w->row_bytes / 2), np, y, out, add);
         break;
     case MM_KIND_DOT_W16:
-        avx512_dot_w16(w->type == CLEF_DTYPE_F16, kc, j->x + tk.t0 * in + k0, in, T,
-                       (const uint16_t *)rows + k0, (int64_t)(w->row_bytes / 2), np, y, out, add);
+        (j->p.path == CPU_PATH_AVX2 ? avx2_dot_w16 : avx512_dot_w16)(
+            w->type == CLEF_DTYPE_F16, kc, j->x + tk.t0 * in + k0, in, T,
+            (const uint16_t *)rows + k0, (int64_t)(w->row_bytes / 2), np, y, out, add);
         break;
     case MM_KIND_I8: {
         const mm_i8_act a = i8_from(&j->i8, &j->p.i8, tk.t0);

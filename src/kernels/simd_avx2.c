@@ -15,6 +15,7 @@
 #include <string.h>
 
 #define T256 __attribute__((target("avx2,fma")))
+#define T256F16 __attribute__((target("avx2,fma,f16c"))) /* the avx2 path requires F16C too */
 #define INLINE static inline __attribute__((always_inline))
 
 /* Mask of the first n of 8 lanes (for maskload/maskstore). */
@@ -31,10 +32,32 @@ INLINE T256 __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
 
 enum { DM = 3, DN = 4 };
 
-T256 static void dot_tile(int64_t k, const float *A, int64_t lda, int mr, const float *B,
-                          int64_t ldb, int nr, float *C, int64_t ldc, bool add) {
+/* 8 weights from k-offset kk of a row of kind wk (0 f32, 1 BF16, 2 F16),
+ * widened exactly to f32; n < 8: the first n, the rest zero. */
+INLINE T256F16 __m256 load_w8(const int wk, const void *row, int64_t kk, int64_t n) {
+    if (wk == 0) {
+        const float *p = (const float *)row + kk;
+        return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lanes8(n));
+    }
+    const uint16_t *p = (const uint16_t *)row + kk;
+    uint16_t tail[8] = {0};
+    if (n < 8) {
+        memcpy(tail, p, (size_t)n * sizeof *p);
+        p = tail;
+    }
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (wk == 2) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* BF16: the top half */
+}
+
+/* DM tokens x DN rows, the dot form; the sums run in the same order for
+ * every weight kind, so BF16 / F16 rows give the bits of their f32 decoding. */
+INLINE T256F16 void dot_tile(const int wk, int64_t k, const float *A, int64_t lda, int mr,
+                             const void *B, int64_t ldb, int nr, float *C, int64_t ldc, bool add) {
+    const size_t esz = wk == 0 ? sizeof(float) : sizeof(uint16_t);
     __m256 c[DM][DN];
-    const float *a[DM], *b[DN];
+    const float *a[DM];
+    const uint8_t *b[DN];
 #pragma GCC unroll 3
     for (int i = 0; i < DM; i++) {
         a[i] = A + (i < mr ? i : mr - 1) * lda;
@@ -42,27 +65,16 @@ T256 static void dot_tile(int64_t k, const float *A, int64_t lda, int mr, const 
         for (int j = 0; j < DN; j++) c[i][j] = _mm256_setzero_ps();
     }
 #pragma GCC unroll 4
-    for (int j = 0; j < DN; j++) b[j] = B + (j < nr ? j : nr - 1) * ldb;
-    int64_t kk = 0;
-    for (; kk + 8 <= k; kk += 8) {
+    for (int j = 0; j < DN; j++) b[j] = (const uint8_t *)B + (size_t)((j < nr ? j : nr - 1) * ldb) * esz;
+    for (int64_t kk = 0; kk < k; kk += 8) {
+        const int64_t n = k - kk;
+        const __m256i m = lanes8(n);
         __m256 w[DN];
 #pragma GCC unroll 4
-        for (int j = 0; j < DN; j++) w[j] = _mm256_loadu_ps(b[j] + kk);
+        for (int j = 0; j < DN; j++) w[j] = load_w8(wk, b[j], kk, n);
 #pragma GCC unroll 3
         for (int i = 0; i < DM; i++) {
-            __m256 x = _mm256_loadu_ps(a[i] + kk);
-#pragma GCC unroll 4
-            for (int j = 0; j < DN; j++) c[i][j] = _mm256_fmadd_ps(x, w[j], c[i][j]);
-        }
-    }
-    if (kk < k) {
-        const __m256i m = lanes8(k - kk);
-        __m256 w[DN];
-#pragma GCC unroll 4
-        for (int j = 0; j < DN; j++) w[j] = _mm256_maskload_ps(b[j] + kk, m);
-#pragma GCC unroll 3
-        for (int i = 0; i < DM; i++) {
-            __m256 x = _mm256_maskload_ps(a[i] + kk, m);
+            __m256 x = n >= 8 ? _mm256_loadu_ps(a[i] + kk) : _mm256_maskload_ps(a[i] + kk, m);
 #pragma GCC unroll 4
             for (int j = 0; j < DN; j++) c[i][j] = _mm256_fmadd_ps(x, w[j], c[i][j]);
         }
@@ -78,15 +90,34 @@ T256 static void dot_tile(int64_t k, const float *A, int64_t lda, int mr, const 
     }
 }
 
-T256 void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
-                       int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
+#define DOT_ARGS int64_t k, const float *A, int64_t lda, int mr, const void *B, int64_t ldb, \
+    int nr, float *C, int64_t ldc, bool add
+T256F16 static void dot_tile_f32(DOT_ARGS) { dot_tile(0, k, A, lda, mr, B, ldb, nr, C, ldc, add); }
+T256F16 static void dot_tile_bf16(DOT_ARGS) { dot_tile(1, k, A, lda, mr, B, ldb, nr, C, ldc, add); }
+T256F16 static void dot_tile_f16(DOT_ARGS) { dot_tile(2, k, A, lda, mr, B, ldb, nr, C, ldc, add); }
+
+static void dot_panel(void (*tile)(DOT_ARGS), size_t esz, int64_t kc, const float *x, int64_t ldx,
+                      int64_t T, const void *w, int64_t ldw, int64_t np, float *y, int64_t ldy,
+                      bool add) {
     for (int64_t t = 0; t < T; t += DM) {
         int mr = (int)(T - t < DM ? T - t : DM);
         for (int64_t r = 0; r < np; r += DN) {
             int nr = (int)(np - r < DN ? np - r : DN);
-            dot_tile(kc, x + t * ldx, ldx, mr, w + r * ldw, ldw, nr, y + t * ldy + r, ldy, add);
+            tile(kc, x + t * ldx, ldx, mr, (const uint8_t *)w + (size_t)(r * ldw) * esz, ldw, nr,
+                 y + t * ldy + r, ldy, add);
         }
     }
+}
+
+void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
+                  int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
+    dot_panel(dot_tile_f32, sizeof(float), kc, x, ldx, T, w, ldw, np, y, ldy, add);
+}
+
+void avx2_dot_w16(bool f16, int64_t kc, const float *x, int64_t ldx, int64_t T, const uint16_t *w,
+                  int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
+    dot_panel(f16 ? dot_tile_f16 : dot_tile_bf16, sizeof(uint16_t), kc, x, ldx, T, w, ldw, np, y,
+              ldy, add);
 }
 
 enum { BM = 6 }; /* 6 rows x 16 columns */
@@ -458,6 +489,8 @@ double avx2_peak(int kind, int64_t iters) { return kind == 2 ? peak_maddubs(iter
 
 #else /* not x86-64: never called */
 void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
+                  int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
+void avx2_dot_w16(bool f16, int64_t kc, const float *x, int64_t ldx, int64_t T, const uint16_t *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
 void avx2_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
                   const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {}
