@@ -115,7 +115,7 @@ bool cpu_path_supported(const cpu_features *f, cpu_path path) {
     switch (path) {
     case CPU_PATH_REF: return true;
     case CPU_PATH_AVX2: return f->avx2 && f->fma && f->f16c; /* every AVX2 CPU has F16C */
-    case CPU_PATH_AVX512: return f->avx512f && f->avx512bw && f->avx512vl && f->avx2 && f->fma;
+    case CPU_PATH_AVX512: return f->avx512f && f->avx512bw && f->avx512vl && cpu_path_supported(f, CPU_PATH_AVX2);
     case CPU_PATH_AMX:
         return cpu_path_supported(f, CPU_PATH_AVX512) && f->amx_tile && f->amx_bf16 && f->amx_int8;
     case CPU_PATH_NEON: return f->neon;

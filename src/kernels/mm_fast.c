@@ -378,7 +378,13 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
                     (int64_t)(w->row_bytes / sizeof(float)), np, y, out, add);
         } else {
             float *tmp = (float *)tb;
-            mm_dequant_rows(w, p0, np, k0, kc, tmp);
+            const bool w16 = w->type == CLEF_DTYPE_BF16 || w->type == CLEF_DTYPE_F16;
+            if (w16) /* widened with the path's vectors (a scalar call per value cost
+                      * a third of a 64-token BF16 product on avx2) */
+                (j->p.path == CPU_PATH_NEON ? neon_widen_w16 : avx2_widen_w16)(
+                    w->type == CLEF_DTYPE_F16, (const uint16_t *)rows + k0,
+                    (int64_t)(w->row_bytes / 2), np, kc, tmp);
+            else mm_dequant_rows(w, p0, np, k0, kc, tmp);
             dot_f32(&j->p, kc, x, in, T, tmp, kc, np, y, out, add);
         }
     }

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "kernels/dequant.h"
 
 #define INLINE static inline __attribute__((always_inline))
 #define TDOT __attribute__((target("arch=armv8.2-a+dotprod")))
@@ -77,6 +78,20 @@ void neon_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const floa
             int nr = (int)(np - r < NDN ? np - r : NDN);
             dot_tile(kc, x + t * ldx, ldx, mr, w + r * ldw, ldw, nr, y + t * ldy + r, ldy, add);
         }
+    }
+}
+
+void neon_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst) {
+    for (int64_t r = 0; r < nr; r++) {
+        const uint16_t *src = w + r * ldw;
+        float *d = dst + r * kc;
+        int64_t k = 0;
+        for (; k + 4 <= kc; k += 4) {
+            const uint16x4_t h = vld1_u16(src + k);
+            vst1q_f32(d + k, f16 ? vcvt_f32_f16(vreinterpret_f16_u16(h))
+                                 : vreinterpretq_f32_u32(vshll_n_u16(h, 16))); /* BF16: the top half */
+        }
+        for (; k < kc; k++) d[k] = f16 ? clef_f16_to_f32(src[k]) : clef_bf16_to_f32(src[k]);
     }
 }
 
@@ -442,6 +457,7 @@ double neon_peak(int kind, int64_t iters) { return kind == 2 ? peak_sdot(iters) 
 #else /* not AArch64: never called */
 void neon_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
+void neon_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst) {}
 void neon_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
                   const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {}
 double neon_peak(int kind, int64_t iters) { return 0; }
