@@ -130,6 +130,9 @@ static int usable_targets(path_case *out) {
         out[n++] = (path_case){"neon (no dot)", {.path = CPU_PATH_NEON}};
         if (f.neon_dot) out[n++] = (path_case){"neon+dot", {.path = CPU_PATH_NEON, .dot = true}};
         else printf("[simd] skip neon+dot: no SDOT here\n");
+        if (f.neon_dot && f.neon_i8mm)
+            out[n++] = (path_case){"neon+dot+i8mm", {.path = CPU_PATH_NEON, .dot = true, .i8mm = true}};
+        else printf("[simd] skip neon+dot+i8mm: no SMMLA here\n");
     } else {
         printf("[simd] skip neon: not supported here\n");
     }
@@ -414,9 +417,11 @@ static void test_cpu_choose(void **state) {
     assert_int_equal(t.path, CPU_PATH_NEON);
     /* the int8 kernels where the CPU has SDOT, and the name says so */
     assert_int_equal(t.dot, f.neon_dot);
-    assert_string_equal(cpu_target_name(&t), f.neon_dot ? "neon+dot" : "neon");
+    assert_int_equal(t.i8mm, f.neon_dot && f.neon_i8mm);
+    assert_string_equal(cpu_target_name(&t),
+                        t.i8mm ? "neon+dot+i8mm" : f.neon_dot ? "neon+dot" : "neon");
 #else
-    assert_false(f.neon || f.neon_dot);
+    assert_false(f.neon || f.neon_dot || f.neon_i8mm);
     assert_int_equal(cpu_choose("neon", &f, &t, &err), CLEF_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.message, "neon"));
 #endif

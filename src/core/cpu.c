@@ -6,7 +6,8 @@
  * EDX: AMX-BF16 22, AMX-TILE 24, AMX-INT8 25; leaf 7.1 EAX: AVX512_BF16 5.
  * XCR0 must enable SSE|AVX state (bits 1,2) for AVX2, opmask|ZMM (5,6,7)
  * for AVX-512, and XTILECFG|XTILEDATA (17,18) for AMX.  AArch64: Linux
- * reports the dot product (SDOT/UDOT) as HWCAP_ASIMDDP in AT_HWCAP.
+ * reports the dot product (SDOT/UDOT) as HWCAP_ASIMDDP in AT_HWCAP, and
+ * the int8 matrix product (SMMLA) as HWCAP2_I8MM (bit 13) in AT_HWCAP2.
  */
 #include "core/cpu.h"
 
@@ -17,6 +18,9 @@
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
+#ifndef HWCAP2_I8MM /* kernel headers before 5.10 */
+#define HWCAP2_I8MM (1 << 13)
+#endif
 #endif
 
 #if defined(__x86_64__)
@@ -84,6 +88,7 @@ void cpu_detect(cpu_features *f) {
     f->neon = true; /* Advanced SIMD is mandatory in AArch64 */
 #if defined(__linux__)
     f->neon_dot = getauxval(AT_HWCAP) & HWCAP_ASIMDDP;
+    f->neon_i8mm = getauxval(AT_HWCAP2) & HWCAP2_I8MM;
 #endif
 #endif
 }
@@ -135,7 +140,7 @@ const char *cpu_target_name(const cpu_target *t) {
     switch (t->path) {
     case CPU_PATH_AVX512: return avx512[t->bf16][t->vnni];
     case CPU_PATH_AMX: return amx[t->bf16][t->vnni];
-    case CPU_PATH_NEON: return t->dot ? "neon+dot" : "neon";
+    case CPU_PATH_NEON: return t->i8mm ? "neon+dot+i8mm" : t->dot ? "neon+dot" : "neon";
     default: return cpu_path_name(t->path);
     }
 }
@@ -179,6 +184,9 @@ clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *o
         out->vnni = f->avx512vnni;
         out->amx = path == CPU_PATH_AMX;
     }
-    if (path == CPU_PATH_NEON) out->dot = f->neon_dot;
+    if (path == CPU_PATH_NEON) {
+        out->dot = f->neon_dot;
+        out->i8mm = f->neon_dot && f->neon_i8mm;
+    }
     return CLEF_OK;
 }

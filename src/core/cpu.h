@@ -29,7 +29,8 @@
  *           path's f32 kernels on 4-float vectors (BF16 weights meet
  *           BF16-rounded activations); with the ARMv8.2 dot product
  *           (SDOT), Q8_0/Q4_K/Q5_K/Q6_K weights meet int8 activations as
- *           on avx512+vnni, else they are dequantized to f32
+ *           on avx512+vnni (on SMMLA where the CPU has I8MM), else they
+ *           are dequantized to f32
  * Elsewhere only `ref` exists.
  */
 #ifndef CLEF_CORE_CPU_H
@@ -57,6 +58,7 @@ typedef struct cpu_features {
     bool amd;                           /* vendor AuthenticAMD                  */
     bool neon;                          /* AArch64 Advanced SIMD                */
     bool neon_dot;                      /* ARMv8.2 SDOT/UDOT (Linux HWCAP_ASIMDDP) */
+    bool neon_i8mm;                     /* ARMv8.6 SMMLA (Linux HWCAP2_I8MM)    */
 } cpu_features;
 
 /* The kernels a model runs with. */
@@ -71,6 +73,7 @@ typedef struct cpu_target {
     bool vnni;      /* avx512 family: vpdpbusd kernels for quantized weights    */
     bool amx;       /* AMX tiles usable (permission granted)                   */
     bool dot;       /* neon: sdot kernels for quantized weights (int8 activations) */
+    bool i8mm;      /* neon with dot: those products on SMMLA's 2 x 8 x 2 blocks  */
 } cpu_target;
 
 /* avx512 or amx: the paths that run the AVX-512 kernels (amx adds tiles). */
@@ -79,7 +82,8 @@ static inline bool cpu_path_avx512_family(cpu_path p) {
 }
 
 /* Fill *f from CPUID/XGETBV on x86-64; on AArch64 neon (always there)
- * and, from the kernel's HWCAP, neon_dot; elsewhere all false. */
+ * and, from the kernel's HWCAP and HWCAP2, neon_dot and neon_i8mm;
+ * elsewhere all false. */
 void cpu_detect(cpu_features *f);
 
 /* Can this CPU run `path`'s kernels? */
@@ -106,7 +110,7 @@ void cpu_fp_restore(unsigned long prev);
 const char *cpu_path_name(cpu_path path);
 
 /* A short description of the target, e.g. "avx512+bf16+vnni" or
- * "neon+dot" (static). */
+ * "neon+dot+i8mm" (static). */
 const char *cpu_target_name(const cpu_target *t);
 
 #endif

@@ -12,13 +12,18 @@
 #include "kernels/dequant.h"
 #include "kernels/simd.h"
 
+#define INLINE static inline __attribute__((always_inline))
+
 enum { IG = MM_I8_G };
 
-/* The 4 bytes of k-quad kq of row i within a packed block (I8 layout). */
-static uint8_t *quad_at(uint8_t *block, int kq, int i) { return block + (size_t)(kq * IG + i) * 4; }
+/* The run of kw bytes (4, or 8 for SMMLA: k8) of row i that holds k-values
+ * [kw·r, kw·r + kw) within a packed block (I8 layout). */
+static uint8_t *run_at(uint8_t *block, int kw, int r, int i) {
+    return block + (size_t)(r * IG + i) * (size_t)kw;
+}
 
-/* Q8_0 rows as stored (signed, m = 0). */
-static void pack_q8_0(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
+/* Q8_0 rows as stored (signed, m = 0), in runs of kw bytes. */
+INLINE void pack_q8_0(const int kw, const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
                       uint8_t *dst) {
     const int64_t nblk = kc / 32, groups = (np + IG - 1) / IG;
     const size_t bbytes = 32 * IG + 2 * IG * sizeof(float);
@@ -34,9 +39,9 @@ static void pack_q8_0(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, in
                 float *s = (float *)(bp + 32 * IG);
                 s[i] = live ? clef_load_f16(src + 34 * b) : 0.0f;
                 s[IG + i] = 0.0f;
-                for (int kq = 0; kq < 8; kq++) {
-                    if (live) memcpy(quad_at(bp, kq, i), src + 34 * b + 2 + 4 * kq, 4);
-                    else memset(quad_at(bp, kq, i), 0, 4);
+                for (int r = 0; r < 32 / kw; r++) {
+                    if (live) memcpy(run_at(bp, kw, r, i), src + 34 * b + 2 + kw * r, (size_t)kw);
+                    else memset(run_at(bp, kw, r, i), 0, (size_t)kw);
                 }
             }
         }
@@ -46,8 +51,8 @@ static void pack_q8_0(const mm_weight *w, int64_t r0, int64_t np, int64_t k0, in
  * (clef_kq_unpack), quants unsigned below 64 (so the same bytes as int8),
  * s = d·sc and m = −dmin·mn (Q6_K: m = −32·s), as the dequantizer forms
  * them. */
-static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
-                        int64_t k0, int64_t kc, uint8_t *dst) {
+INLINE void pack_kquant(const int kw, const mm_i8_kind *kind, const mm_weight *w, int64_t r0,
+                        int64_t np, int64_t k0, int64_t kc, uint8_t *dst) {
     const int bk = kind->bk, per = 256 / bk;
     const int64_t nsb = kc / 256, nblk = kc / bk, groups = (np + IG - 1) / IG;
     const size_t bbytes = (size_t)bk * IG + 2 * IG * sizeof(float);
@@ -68,8 +73,8 @@ static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, 
                     float *s = (float *)(bp + (size_t)bk * IG);
                     s[i] = k.d * (float)k.sc[j];
                     s[IG + i] = kind->sym ? -32.0f * s[i] : -(k.dmin * (float)k.mn[j]);
-                    for (int kq = 0; kq < bk / 4; kq++)
-                        memcpy(quad_at(bp, kq, i), k.q + j * bk + 4 * kq, 4);
+                    for (int r = 0; r < bk / kw; r++)
+                        memcpy(run_at(bp, kw, r, i), k.q + j * bk + kw * r, (size_t)kw);
                 }
             }
         }
@@ -77,8 +82,15 @@ static void pack_kquant(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, 
 
 void mm_pack_i8_signed(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                        int64_t k0, int64_t kc, uint8_t *dst) {
-    if (w->type == CLEF_DTYPE_Q8_0) pack_q8_0(w, r0, np, k0, kc, dst);
-    else pack_kquant(kind, w, r0, np, k0, kc, dst);
+    /* the run width as a constant: memcpy of 4 or 8 bytes is one move */
+    const bool q8 = w->type == CLEF_DTYPE_Q8_0;
+    if (kind->k8) {
+        if (q8) pack_q8_0(8, w, r0, np, k0, kc, dst);
+        else pack_kquant(8, kind, w, r0, np, k0, kc, dst);
+    } else {
+        if (q8) pack_q8_0(4, w, r0, np, k0, kc, dst);
+        else pack_kquant(4, kind, w, r0, np, k0, kc, dst);
+    }
 }
 
 void mm_act_i8_by_blocks(mm_quant_block_fn quant, const mm_i8_kind *kind, const float *x,

@@ -128,6 +128,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->i8.sym = w->type == CLEF_DTYPE_Q8_0 || w->type == CLEF_DTYPE_Q6_K;
         p->i8.off = w->type == CLEF_DTYPE_Q8_0 ? 128 : w->type == CLEF_DTYPE_Q6_K ? 32 : 0;
         p->i8.f16_scale = w->type == CLEF_DTYPE_Q8_0;
+        p->i8.k8 = neon_dot && tg->i8mm; /* SMMLA's runs of 8 */
         /* Q8_0 signed for TDPBSSD (the K-quants went to planes above on
          * amx), SDOT and the sign step of vpmaddubsw */
         p->i8.signed_q = w->type == CLEF_DTYPE_Q8_0 && (tg->amx || p->i8isa->signed_q);

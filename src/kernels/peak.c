@@ -4,7 +4,7 @@
  *
  * Every thread of the pool runs the same register-resident loop of the one
  * instruction the path's matmuls are built on (f32 FMA on ymm, zmm or NEON
- * vectors, vdpbf16ps, vpdpbusd, vpmaddubsw or SDOT, or on amx the tile products TDPBF16PS /
+ * vectors, vdpbf16ps, vpdpbusd, vpmaddubsw, SDOT or SMMLA, or on amx the tile products TDPBF16PS /
  * TDPBSUD on four accumulator tiles; kernels/simd.h); no memory is touched, so this is the
  * arithmetic ceiling, not a achievable matmul rate.  The ref path's loop is
  * portable C with eight independent multiply-add chains (whatever the
@@ -42,10 +42,11 @@ typedef struct peak_job {
 } peak_job;
 
 static double peak_run(const peak_job *j) {
-    if (j->kind >= 3) return amx_peak(j->kind - 2, j->iters);
     switch (j->path) {
-    case CPU_PATH_AVX512:
-    case CPU_PATH_AMX: return avx512_peak(j->kind, j->iters);
+    case CPU_PATH_AMX: /* kinds 3, 4: the tile products */
+        if (j->kind >= 3) return amx_peak(j->kind - 2, j->iters);
+        return avx512_peak(j->kind, j->iters);
+    case CPU_PATH_AVX512: return avx512_peak(j->kind, j->iters);
     case CPU_PATH_AVX2: return avx2_peak(j->kind, j->iters);
     case CPU_PATH_NEON: return neon_peak(j->kind, j->iters);
     default: return ref_peak(j->iters);
@@ -67,7 +68,7 @@ double mm_peak_gflops(const cpu_target *tg, const char *precision, tp_pool *pool
         if (int8 && !tg->vnni) j.path = CPU_PATH_AVX2; /* the avx2 int8 kernels */
     }
     if (tg->path == CPU_PATH_AVX2 && int8) j.kind = 2;
-    if (tg->path == CPU_PATH_NEON && tg->dot && int8) j.kind = 2;
+    if (tg->path == CPU_PATH_NEON && tg->dot && int8) j.kind = tg->i8mm ? 3 : 2;
     if (tg->amx) {
         /* tile products are what the matmuls use (the int8 peak is
          * measured with TDPBSUD) */

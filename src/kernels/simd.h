@@ -33,7 +33,8 @@
  *     u8 q[bk/4][48][4], f32 s[48], f32 m[48]   with W[r][k] = s[r]·q + m[r]
  * where q is the stored quant made unsigned (Q8_0: q+128, m = −128·s; Q6_K:
  * q6 in 0..63, m = −32·s; Q4_K/Q5_K: the quant, s = d·sc, m = −dmin·min);
- * for the AMX, NEON and AVX2 kernels Q8_0 stays signed (m = 0).
+ * for the AMX, NEON and AVX2 kernels Q8_0 stays signed (m = 0); for
+ * SMMLA (kind->k8) q is q[bk/8][48][8], the same bytes in runs of 8.
  * Rows past the weight's end are zero.  I8 activations: per ab values (32
  * for Q8_0, its layout; 256 for the K-quants, llama.cpp's Q8_K) an int8
  * block with one f32 scale dx, plus per weight block the m term: −off·Σq
@@ -82,6 +83,8 @@ typedef struct mm_i8_kind {
     bool f16_scale;     /* activation scales rounded through f16 (Q8_0)       */
     bool signed_q;      /* amx, Q8_0: quants packed signed (off 0, m 0) for
                            TDPBSSD: no offset term                          */
+    bool k8;            /* i8mm: each row's quants in runs of 8 k (SMMLA's
+                           operands), not 4: q[bk/8][48][8]                 */
 } mm_i8_kind;
 
 /* Bytes of one packed I8 group of kc k-values (mm_fast.c). */
@@ -257,7 +260,8 @@ void avx2_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, 
 /* ---- AArch64 NEON (simd_neon.c): the avx2 contracts on 4-float vectors,
  * and the avx512 int8 contracts on SDOT (ARMv8.2 dot product: call only
  * where cpu_features.neon_dot) ---- */
-/* kind 0: f32 FMA on 128-bit vectors; 2: SDOT (as avx512_peak) */
+/* kind 0: f32 FMA on 128-bit vectors; 2: SDOT (as avx512_peak); 3: SMMLA
+ * (an instruction = 2 x 2 dots of 8 = 64 operations; needs I8MM) */
 double neon_peak(int kind, int64_t iters);
 /* avx512_act_i8's contract. */
 void neon_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
@@ -271,7 +275,7 @@ void neon_mul_sigmoid(float *x, const float *g, int64_t n);
 void neon_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps);
 void neon_l2norm(float *x, int64_t n, int64_t rows, float eps);
 /* avx512_i8_panel's contract on panels from mm_pack_i8_signed (pf is
- * not used). */
+ * not used); on SMMLA where kind->k8 (call only where cpu_features.neon_i8mm). */
 void neon_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                    int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                    bool add, const mm_prefetch *pf);

@@ -26,6 +26,7 @@
 
 #define INLINE static inline __attribute__((always_inline))
 #define TDOT __attribute__((target("arch=armv8.2-a+dotprod")))
+#define TMM __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
 
 enum { NDM = 6, NDN = 4 }; /* dot form: tokens x rows */
 
@@ -291,11 +292,125 @@ TDOT static void i8_tile_q8(I8_TILE_ARGS) { i8_tile(32, 0, 1, I8_TILE_PASS); }
 TDOT static void i8_tile_q45(I8_TILE_ARGS) { i8_tile(32, 2, 8, I8_TILE_PASS); }
 TDOT static void i8_tile_q6(I8_TILE_ARGS) { i8_tile(16, 1, 16, I8_TILE_PASS); }
 
+/* ==== int8 (SMMLA) ============================================================= */
+
+/* {lo, lo, hi, hi}: a value per token of a token pair, for SMMLA's 2 x 2
+ * result lanes (t0r0, t0r1, t1r0, t1r1). */
+INLINE float32x4_t pair_f32(float lo, float hi) { return vcombine_f32(vdup_n_f32(lo), vdup_n_f32(hi)); }
+/* {p[0], p[1], p[0], p[1]}: a value per row of a row pair. */
+INLINE float32x4_t rows_f32(const float *p) { return vcombine_f32(vld1_f32(p), vld1_f32(p)); }
+
+/* i8_tile's contract on SMMLA: 2 token pairs x 6 row pairs, each a 2 x 2
+ * int32 block (a product of 2 x 8 tokens' and 2 x 8 rows' bytes, 32 MACs
+ * to SDOT's 16), on panels packed in runs of 8 (kind->k8).  G: the group;
+ * c0: the tile's first row in it (its runs sit 8·c0 bytes into each k-octet,
+ * its s and m c0 floats in). */
+INLINE TMM void i8mm_tile(const int bk, const int corr, const int nsb, int64_t nblk,
+                          const int8_t *A, int64_t lda, const float *dx, int64_t ldx,
+                          const void *mb, int64_t ldm, int mr, const uint8_t *G, int c0,
+                          size_t bbytes, int nc, float *C, int64_t ldc, bool add) {
+    enum { NP = IM / 2, RP = IC / 2 };
+    float32x4_t f[NP][RP];
+    const int8_t *a[IM];
+    const float *d[IM];
+    const int32_t *mi[IM];
+    const float *mf[IM];
+#pragma GCC unroll 4
+    for (int i = 0; i < IM; i++) {
+        const int64_t row = i < mr ? i : mr - 1; /* past mr: computed, not stored */
+        a[i] = A + row * lda;
+        d[i] = dx + row * ldx;
+        mi[i] = (const int32_t *)mb + row * ldm;
+        mf[i] = (const float *)mb + row * ldm;
+    }
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; p++)
+#pragma GCC unroll 6
+        for (int v = 0; v < RP; v++) f[p][v] = vdupq_n_f32(0.0f);
+    float32x4_t fm[NP][RP]; /* nsb > 1: the finished super-blocks */
+    if (nsb > 1) memset(fm, 0, sizeof fm);
+    for (int64_t b = 0; b < nblk; b++) {
+        const uint8_t *bp = G + (size_t)b * bbytes;
+        int32x4_t acc[NP][RP];
+#pragma GCC unroll 2
+        for (int p = 0; p < NP; p++) {
+            const int32x4_t z = corr == 1 ? vcombine_s32(vdup_n_s32(mi[2 * p][b]), vdup_n_s32(mi[2 * p + 1][b]))
+                                          : vdupq_n_s32(0);
+#pragma GCC unroll 6
+            for (int v = 0; v < RP; v++) acc[p][v] = z;
+        }
+        for (int k16 = 0; k16 < bk / 16; k16++) {
+            int8x16_t xv[NP][2]; /* per pair, k 0-7 and 8-15: [t0's 8 | t1's 8] */
+#pragma GCC unroll 2
+            for (int p = 0; p < NP; p++) {
+                const int64x2_t lo = vreinterpretq_s64_s8(vld1q_s8(a[2 * p] + b * bk + 16 * k16));
+                const int64x2_t hi = vreinterpretq_s64_s8(vld1q_s8(a[2 * p + 1] + b * bk + 16 * k16));
+                xv[p][0] = vreinterpretq_s8_s64(vzip1q_s64(lo, hi));
+                xv[p][1] = vreinterpretq_s8_s64(vzip2q_s64(lo, hi));
+            }
+#pragma GCC unroll 2
+            for (int o = 0; o < 2; o++) {
+                const int8_t *wp = (const int8_t *)bp + (size_t)(2 * k16 + o) * 8 * IG + 8 * c0;
+#pragma GCC unroll 6
+                for (int v = 0; v < RP; v++) {
+                    const int8x16_t w = vld1q_s8(wp + 16 * v);
+#pragma GCC unroll 2
+                    for (int p = 0; p < NP; p++) acc[p][v] = vmmlaq_s32(acc[p][v], xv[p][o], w);
+                }
+            }
+        }
+        const float *s = (const float *)(bp + (size_t)bk * IG) + c0, *m = s + IG;
+#pragma GCC unroll 2
+        for (int p = 0; p < NP; p++) {
+            const int bi = nsb > 1 ? 0 : (int)b;
+            const float32x4_t dv = pair_f32(d[2 * p][bi], d[2 * p + 1][bi]);
+            const float32x4_t mv = corr == 2 ? pair_f32(mf[2 * p][b], mf[2 * p + 1][b]) : dv;
+#pragma GCC unroll 6
+            for (int v = 0; v < RP; v++) {
+                const float32x4_t sv = rows_f32(s + 2 * v);
+                const float32x4_t sd = nsb > 1 ? sv : vmulq_f32(sv, dv);
+                f[p][v] = vfmaq_f32(f[p][v], vcvtq_f32_s32(acc[p][v]), sd);
+                if (corr == 2) f[p][v] = vfmaq_f32(f[p][v], rows_f32(m + 2 * v), mv);
+            }
+        }
+        if (nsb > 1 && (b + 1) % nsb == 0) /* a super-block done: fm += g·dx */
+#pragma GCC unroll 2
+            for (int p = 0; p < NP; p++) {
+                const float32x4_t dv = pair_f32(d[2 * p][b / nsb], d[2 * p + 1][b / nsb]);
+#pragma GCC unroll 6
+                for (int v = 0; v < RP; v++) {
+                    fm[p][v] = vfmaq_f32(fm[p][v], f[p][v], dv);
+                    f[p][v] = vdupq_n_f32(0.0f);
+                }
+            }
+    }
+    for (int i = 0; i < mr; i++) {
+        float *out = C + i * ldc;
+        for (int v = 0; v < RP && 2 * v < nc; v++) {
+            float o[4];
+            vst1q_f32(o, nsb > 1 ? fm[i / 2][v] : f[i / 2][v]);
+            for (int l = 0; l < 2 && 2 * v + l < nc; l++) {
+                const float y = o[2 * (i % 2) + l];
+                out[2 * v + l] = add ? out[2 * v + l] + y : y;
+            }
+        }
+    }
+}
+
+#define I8MM_TILE_ARGS int64_t nblk, const int8_t *A, int64_t lda, const float *dx, int64_t ldx, \
+    const void *mb, int64_t ldm, int mr, const uint8_t *G, int c0, size_t bbytes, int nc,         \
+    float *C, int64_t ldc, bool add
+#define I8MM_TILE_PASS nblk, A, lda, dx, ldx, mb, ldm, mr, G, c0, bbytes, nc, C, ldc, add
+TMM static void i8mm_tile_q8(I8MM_TILE_ARGS) { i8mm_tile(32, 0, 1, I8MM_TILE_PASS); }
+TMM static void i8mm_tile_q45(I8MM_TILE_ARGS) { i8mm_tile(32, 2, 8, I8MM_TILE_PASS); }
+TMM static void i8mm_tile_q6(I8MM_TILE_ARGS) { i8mm_tile(16, 1, 16, I8MM_TILE_PASS); }
+
 void neon_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                    int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                    bool add, const mm_prefetch *pf) {
     (void)pf; /* the hardware prefetcher's, for now */
     void (*tile)(I8_TILE_ARGS) = kind->bk == 16 ? i8_tile_q6 : kind->sym ? i8_tile_q8 : i8_tile_q45;
+    void (*mm)(I8MM_TILE_ARGS) = kind->bk == 16 ? i8mm_tile_q6 : kind->sym ? i8mm_tile_q8 : i8mm_tile_q45;
     const int64_t nblk = kc / kind->bk, ldx = a->ld / kind->ab, ldm = a->ld / kind->bk;
     const size_t gbytes = mm_i8_group_bytes(kind, kc), bbytes = gbytes / (size_t)nblk;
     for (int64_t t = 0; t < T; t += IM) {
@@ -305,10 +420,15 @@ void neon_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_
         const void *mb = (const char *)a->mb + (size_t)(t * ldm + k0 / kind->bk) * 4;
         for (int64_t g = 0; g * IG < np; g++) {
             const int64_t rows = np - g * IG < IG ? np - g * IG : IG;
+            const uint8_t *G = panel + g * gbytes;
+            float *yg = y + t * ldy + g * IG;
             for (int c0 = 0; c0 < rows; c0 += IC) {
                 const int nc = (int)(rows - c0 < IC ? rows - c0 : IC);
-                tile(nblk, A, a->ld, dx, ldx, mb, ldm, mr, panel + g * gbytes + 4 * (size_t)c0,
-                     bbytes, nc, y + t * ldy + g * IG + c0, ldy, add);
+                if (kind->k8)
+                    mm(nblk, A, a->ld, dx, ldx, mb, ldm, mr, G, c0, bbytes, nc, yg + c0, ldy, add);
+                else
+                    tile(nblk, A, a->ld, dx, ldx, mb, ldm, mr, G + 4 * (size_t)c0, bbytes, nc,
+                         yg + c0, ldy, add);
             }
         }
     }
@@ -452,7 +572,25 @@ TDOT static double peak_sdot(int64_t iters) {
     return (double)iters * 12 * 32 + (s == 12345 ? 1 : 0);
 }
 
-double neon_peak(int kind, int64_t iters) { return kind == 2 ? peak_sdot(iters) : peak_fma(iters); }
+TMM static double peak_smmla(int64_t iters) {
+    const int8x16_t b = vdupq_n_s8(1), c = vdupq_n_s8(-1);
+    int32x4_t a[12];
+    for (int i = 0; i < 12; i++) a[i] = vdupq_n_s32(i);
+    for (int64_t it = 0; it < iters; it++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) {
+            a[i] = vmmlaq_s32(a[i], b, c);
+            KEEP(a[i])
+        }
+    }
+    int32_t s = 0;
+    for (int i = 0; i < 12; i++) s += vgetq_lane_s32(a[i], 0);
+    return (double)iters * 12 * 64 + (s == 12345 ? 1 : 0);
+}
+
+double neon_peak(int kind, int64_t iters) {
+    return kind == 3 ? peak_smmla(iters) : kind == 2 ? peak_sdot(iters) : peak_fma(iters);
+}
 
 #else /* not AArch64: never called */
 void neon_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
