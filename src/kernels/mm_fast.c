@@ -9,8 +9,8 @@
  *   for each panel of NP rows:  for each k block of KC:
  *     make the panel's rows readable by the kernel — in place (F32, BF16 on
  *     dpbf16 targets, f32_act BF16 / F16 widened in registers), widened
- *     into f32 [k][48] panels (F16, BF16 elsewhere on avx512), dequantized
- *     to f32 rows, or packed into I8 groups — then
+ *     into f32 [k][48] panels (F16, BF16 elsewhere on avx512) or f32 rows
+ *     (avx2, neon), dequantized to f32 rows, or packed into I8 groups — then
  *     run every token over it (kernels/simd.h).
  * The panel (≤ 48 rows x KC) stays in L2 while all tokens pass over it, so
  * the weights come from memory once per call; each token tile's x rows stay
@@ -87,7 +87,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
     p->type = w->type;
     p->NP = MM_NP;
     if (tg->path == CPU_PATH_REF) return false;
-    const bool avx512 = cpu_path_avx512_family(tg->path); /* else avx2 or neon: the DOT_F32 kind */
+    const bool avx512 = cpu_path_avx512_family(tg->path); /* else avx2 or neon */
     const bool neon_dot = tg->path == CPU_PATH_NEON && tg->dot; /* and I8 on SDOT */
     /* int8 activations: every x86 path (vpdpbusd, else vpmaddubsw) and SDOT */
     const bool int8 = avx512 || tg->path == CPU_PATH_AVX2 || neon_dot;
