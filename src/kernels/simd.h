@@ -87,6 +87,30 @@ typedef struct mm_i8_kind {
                            operands), not 4: q[bk/8][48][8]                 */
 } mm_i8_kind;
 
+/* An int8 tile's views of its tokens' activations: row i's quants, scales
+ * and m terms (mm_i8_act), i < MM_I8_RM; rows from mr on repeat the last
+ * one, so a partial tile computes (and does not store) whole rows. */
+typedef struct mm_i8_rows {
+    const int8_t *a[MM_I8_RM];
+    const float *d[MM_I8_RM];
+    const int32_t *mi[MM_I8_RM]; /* the m term as int32 (symmetric types) */
+    const float *mf[MM_I8_RM];   /* or as f32 (Q4_K, Q5_K)               */
+} mm_i8_rows;
+
+static inline __attribute__((always_inline)) mm_i8_rows
+mm_i8_rows_at(int mr, const int8_t *A, int64_t lda, const float *dx, int64_t ldx, const void *mb,
+              int64_t ldm) {
+    mm_i8_rows r;
+    for (int i = 0; i < MM_I8_RM; i++) {
+        const int64_t row = i < mr ? i : mr - 1;
+        r.a[i] = A + row * lda;
+        r.d[i] = dx + row * ldx;
+        r.mi[i] = (const int32_t *)mb + row * ldm;
+        r.mf[i] = (const float *)mb + row * ldm;
+    }
+    return r;
+}
+
 /* Bytes of one packed I8 group of kc k-values (mm_fast.c). */
 size_t mm_i8_group_bytes(const mm_i8_kind *kind, int64_t kc);
 

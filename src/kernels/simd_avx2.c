@@ -335,21 +335,15 @@ INLINE T256 void i8_tile(const int tm, const int tv, const int bk, const bool sg
                          int64_t lda, const float *dx, int64_t ldx, const void *mb, int64_t ldm,
                          int mr, const uint8_t *B, size_t bbytes, int nc, float *C, int64_t ldc,
                          bool add) {
+    const mm_i8_rows r = mm_i8_rows_at(mr, A, lda, dx, ldx, mb, ldm);
+    const int8_t *const *a = r.a;
+    const float *const *d = r.d, *const *mf = r.mf;
+    const int32_t *const *mi = r.mi;
     __m256 f[IM][2] = {{_mm256_setzero_ps()}}; /* GCC cannot see that mr <= tm */
-    const int8_t *a[IM];
-    const float *d[IM];
-    const int32_t *mi[IM];
-    const float *mf[IM];
 #pragma GCC unroll 4
-    for (int i = 0; i < tm; i++) {
-        const int64_t row = i < mr ? i : mr - 1; /* past mr: computed, not stored */
-        a[i] = A + row * lda;
-        d[i] = dx + row * ldx;
-        mi[i] = (const int32_t *)mb + row * ldm;
-        mf[i] = (const float *)mb + row * ldm;
+    for (int i = 0; i < tm; i++)
 #pragma GCC unroll 2
         for (int v = 0; v < tv; v++) f[i][v] = _mm256_setzero_ps();
-    }
     _Alignas(32) float fm[IM][16]; /* nsb > 1: the finished super-blocks */
     if (nsb > 1) memset(fm, 0, sizeof fm);
     const __m256i ones = _mm256_set1_epi16(1);

@@ -586,21 +586,15 @@ INLINE T512VNNI void i8_tile(const int bk, const bool sym, const int nsb, int64_
                              const int8_t *A, int64_t lda, const float *dx, int64_t ldx,
                              const void *mb, int64_t ldm, int mr, const uint8_t *B, int nc,
                              float *C, int64_t ldc, bool add, pf_cursor *pf) {
+    const mm_i8_rows r = mm_i8_rows_at(mr, A, lda, dx, ldx, mb, ldm);
+    const int8_t *const *a = r.a;
+    const float *const *d = r.d, *const *mf = r.mf;
+    const int32_t *const *mi = r.mi;
     __m512 f[IM][3];
-    const int8_t *a[IM];
-    const float *d[IM];
-    const int32_t *mi[IM];
-    const float *mf[IM];
 #pragma GCC unroll 4
-    for (int i = 0; i < IM; i++) {
-        int64_t row = i < mr ? i : mr - 1;
-        a[i] = A + row * lda;
-        d[i] = dx + row * ldx;
-        mi[i] = (const int32_t *)mb + row * ldm;
-        mf[i] = (const float *)mb + row * ldm;
+    for (int i = 0; i < IM; i++)
 #pragma GCC unroll 3
         for (int j = 0; j < 3; j++) f[i][j] = _mm512_setzero_ps();
-    }
     _Alignas(64) float fm[IM][IG]; /* nsb > 1: facc */
     if (nsb > 1) memset(fm, 0, sizeof fm);
     for (int64_t b = 0; b < nblk; b++) {

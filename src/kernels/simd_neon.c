@@ -219,21 +219,15 @@ INLINE TDOT void i8_tile(const int bk, const int corr, const int nsb, int64_t nb
                          const int8_t *A, int64_t lda, const float *dx, int64_t ldx,
                          const void *mb, int64_t ldm, int mr, const uint8_t *B, size_t bbytes,
                          int nc, float *C, int64_t ldc, bool add) {
+    const mm_i8_rows r = mm_i8_rows_at(mr, A, lda, dx, ldx, mb, ldm);
+    const int8_t *const *a = r.a;
+    const float *const *d = r.d, *const *mf = r.mf;
+    const int32_t *const *mi = r.mi;
     float32x4_t f[IM][IV];
-    const int8_t *a[IM];
-    const float *d[IM];
-    const int32_t *mi[IM];
-    const float *mf[IM];
 #pragma GCC unroll 4
-    for (int i = 0; i < IM; i++) {
-        const int64_t row = i < mr ? i : mr - 1; /* past mr: computed, not stored */
-        a[i] = A + row * lda;
-        d[i] = dx + row * ldx;
-        mi[i] = (const int32_t *)mb + row * ldm;
-        mf[i] = (const float *)mb + row * ldm;
+    for (int i = 0; i < IM; i++)
 #pragma GCC unroll 3
         for (int v = 0; v < IV; v++) f[i][v] = vdupq_n_f32(0.0f);
-    }
     float fm[IM][IC]; /* nsb > 1: the finished super-blocks */
     if (nsb > 1) memset(fm, 0, sizeof fm);
     for (int64_t b = 0; b < nblk; b++) {
@@ -310,19 +304,11 @@ INLINE TMM void i8mm_tile(const int bk, const int corr, const int nsb, int64_t n
                           const void *mb, int64_t ldm, int mr, const uint8_t *G, int c0,
                           size_t bbytes, int nc, float *C, int64_t ldc, bool add) {
     enum { NP = IM / 2, RP = IC / 2 };
+    const mm_i8_rows r = mm_i8_rows_at(mr, A, lda, dx, ldx, mb, ldm);
+    const int8_t *const *a = r.a;
+    const float *const *d = r.d, *const *mf = r.mf;
+    const int32_t *const *mi = r.mi;
     float32x4_t f[NP][RP];
-    const int8_t *a[IM];
-    const float *d[IM];
-    const int32_t *mi[IM];
-    const float *mf[IM];
-#pragma GCC unroll 4
-    for (int i = 0; i < IM; i++) {
-        const int64_t row = i < mr ? i : mr - 1; /* past mr: computed, not stored */
-        a[i] = A + row * lda;
-        d[i] = dx + row * ldx;
-        mi[i] = (const int32_t *)mb + row * ldm;
-        mf[i] = (const float *)mb + row * ldm;
-    }
 #pragma GCC unroll 2
     for (int p = 0; p < NP; p++)
 #pragma GCC unroll 6
