@@ -133,6 +133,8 @@ static int usable_targets(path_case *out) {
         if (f.neon_dot && f.neon_i8mm)
             out[n++] = (path_case){"neon+dot+i8mm", {.path = CPU_PATH_NEON, .dot = true, .i8mm = true}};
         else printf("[simd] skip neon+dot+i8mm: no SMMLA here\n");
+        if (f.neon_bf16) out[n++] = (path_case){"neon+bf16", {.path = CPU_PATH_NEON, .bf16 = true}};
+        else printf("[simd] skip neon+bf16: no BFDOT here\n");
     } else {
         printf("[simd] skip neon: not supported here\n");
     }
@@ -418,10 +420,13 @@ static void test_cpu_choose(void **state) {
     /* the int8 kernels where the CPU has SDOT, and the name says so */
     assert_int_equal(t.dot, f.neon_dot);
     assert_int_equal(t.i8mm, f.neon_dot && f.neon_i8mm);
-    assert_string_equal(cpu_target_name(&t),
-                        t.i8mm ? "neon+dot+i8mm" : f.neon_dot ? "neon+dot" : "neon");
+    assert_int_equal(t.bf16, f.neon_bf16);
+    char want[32];
+    snprintf(want, sizeof want, "neon%s%s%s", t.dot ? "+dot" : "", t.i8mm ? "+i8mm" : "",
+             t.bf16 ? "+bf16" : "");
+    assert_string_equal(cpu_target_name(&t), want);
 #else
-    assert_false(f.neon || f.neon_dot || f.neon_i8mm);
+    assert_false(f.neon || f.neon_dot || f.neon_i8mm || f.neon_bf16);
     assert_int_equal(cpu_choose("neon", &f, &t, &err), CLEF_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.message, "neon"));
 #endif

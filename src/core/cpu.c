@@ -7,7 +7,8 @@
  * XCR0 must enable SSE|AVX state (bits 1,2) for AVX2, opmask|ZMM (5,6,7)
  * for AVX-512, and XTILECFG|XTILEDATA (17,18) for AMX.  AArch64: Linux
  * reports the dot product (SDOT/UDOT) as HWCAP_ASIMDDP in AT_HWCAP, and
- * the int8 matrix product (SMMLA) as HWCAP2_I8MM (bit 13) in AT_HWCAP2.
+ * the int8 matrix product (SMMLA) as HWCAP2_I8MM (bit 13) and BFDOT as
+ * HWCAP2_BF16 (bit 14) in AT_HWCAP2.
  */
 #include "core/cpu.h"
 
@@ -20,6 +21,9 @@
 #include <sys/auxv.h>
 #ifndef HWCAP2_I8MM /* kernel headers before 5.10 */
 #define HWCAP2_I8MM (1 << 13)
+#endif
+#ifndef HWCAP2_BF16
+#define HWCAP2_BF16 (1 << 14)
 #endif
 #endif
 
@@ -89,6 +93,7 @@ void cpu_detect(cpu_features *f) {
 #if defined(__linux__)
     f->neon_dot = getauxval(AT_HWCAP) & HWCAP_ASIMDDP;
     f->neon_i8mm = getauxval(AT_HWCAP2) & HWCAP2_I8MM;
+    f->neon_bf16 = getauxval(AT_HWCAP2) & HWCAP2_BF16;
 #endif
 #endif
 }
@@ -140,7 +145,11 @@ const char *cpu_target_name(const cpu_target *t) {
     switch (t->path) {
     case CPU_PATH_AVX512: return avx512[t->bf16][t->vnni];
     case CPU_PATH_AMX: return amx[t->bf16][t->vnni];
-    case CPU_PATH_NEON: return t->i8mm ? "neon+dot+i8mm" : t->dot ? "neon+dot" : "neon";
+    case CPU_PATH_NEON: {
+        static const char *const neon[2][3] = {{"neon", "neon+dot", "neon+dot+i8mm"},
+                                               {"neon+bf16", "neon+dot+bf16", "neon+dot+i8mm+bf16"}};
+        return neon[t->bf16][t->i8mm ? 2 : t->dot ? 1 : 0];
+    }
     default: return cpu_path_name(t->path);
     }
 }
@@ -187,6 +196,7 @@ clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *o
     if (path == CPU_PATH_NEON) {
         out->dot = f->neon_dot;
         out->i8mm = f->neon_dot && f->neon_i8mm;
+        out->bf16 = f->neon_bf16;
     }
     return CLEF_OK;
 }

@@ -30,7 +30,8 @@
  *           BF16-rounded activations); with the ARMv8.2 dot product
  *           (SDOT), Q8_0/Q4_K/Q5_K/Q6_K weights meet int8 activations as
  *           on avx512+vnni (on SMMLA where the CPU has I8MM), else they
- *           are dequantized to f32
+ *           are dequantized to f32; with BF16 (BFDOT), BF16 weights meet
+ *           BF16 activations in place
  * Elsewhere only `ref` exists.
  */
 #ifndef CLEF_CORE_CPU_H
@@ -59,12 +60,13 @@ typedef struct cpu_features {
     bool neon;                          /* AArch64 Advanced SIMD                */
     bool neon_dot;                      /* ARMv8.2 SDOT/UDOT (Linux HWCAP_ASIMDDP) */
     bool neon_i8mm;                     /* ARMv8.6 SMMLA (Linux HWCAP2_I8MM)    */
+    bool neon_bf16;                     /* ARMv8.6 BFDOT (Linux HWCAP2_BF16)    */
 } cpu_features;
 
 /* The kernels a model runs with. */
 typedef struct cpu_target {
     cpu_path path;
-    bool bf16;      /* avx512 family: dpbf16 kernels for BF16 weights          */
+    bool bf16;      /* avx512 family: dpbf16 kernels for BF16 weights; neon: BFDOT */
     bool bcast_fold;/* avx512 family: f32 broadcasts folded into each FMA as a
                        {1to16} operand (AMD: a separate broadcast takes an FP
                        pipe); else one vbroadcastss feeds a row of FMAs (Intel:
@@ -82,7 +84,7 @@ static inline bool cpu_path_avx512_family(cpu_path p) {
 }
 
 /* Fill *f from CPUID/XGETBV on x86-64; on AArch64 neon (always there)
- * and, from the kernel's HWCAP and HWCAP2, neon_dot and neon_i8mm;
+ * and, from the kernel's HWCAP and HWCAP2, neon_dot, neon_i8mm and neon_bf16;
  * elsewhere all false. */
 void cpu_detect(cpu_features *f);
 

@@ -106,7 +106,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->kind = MM_KIND_DOT_W16; /* no pack: the head's products have a few rows */
         p->direct = true;
         p->KC = MM_KC_F32;
-    } else if (avx512 && tg->bf16 && bf16_act) {
+    } else if ((avx512 || tg->path == CPU_PATH_NEON) && tg->bf16 && bf16_act) {
         p->kind = MM_KIND_DOT_BF16;
         p->direct = true;
         p->KC = MM_KC_BF16;
@@ -275,7 +275,10 @@ static void act_task(void *ctx, int ith, int nth) {
     t1 = t1 < j->T ? t1 : j->T;
     if (t0 >= t1) return;
     switch (j->p.kind) {
-    case MM_KIND_DOT_BF16: avx512_act_bf16(j->x, in, t0, t1, (uint16_t *)j->act); break;
+    case MM_KIND_DOT_BF16:
+        (j->p.path == CPU_PATH_NEON ? neon_act_bf16 : avx512_act_bf16)(j->x, in, t0, t1,
+                                                                        (uint16_t *)j->act);
+        break;
     case MM_KIND_I8:
     case MM_KIND_AMX_I8:
         j->p.i8isa->act(&j->p.i8, j->x, in, t0, t1, (int8_t *)j->i8.q, (float *)j->i8.dx,
@@ -335,8 +338,9 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
     const bool add = k0 > 0;
     switch (j->p.kind) {
     case MM_KIND_DOT_BF16:
-        avx512_dot_bf16(kc, (const uint16_t *)act + tk.t0 * in + k0, in, T,
-                        (const uint16_t *)rows + k0, (int64_t)(w->row_bytes / 2), np, y, out, add);
+        (j->p.path == CPU_PATH_NEON ? neon_dot_bf16 : avx512_dot_bf16)(
+            kc, (const uint16_t *)act + tk.t0 * in + k0, in, T, (const uint16_t *)rows + k0,
+            (int64_t)(w->row_bytes / 2), np, y, out, add);
         break;
     case MM_KIND_DOT_W16:
         (j->p.path == CPU_PATH_AVX2 ? avx2_dot_w16 : avx512_dot_w16)(

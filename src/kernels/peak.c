@@ -4,9 +4,10 @@
  *
  * Every thread of the pool runs the same register-resident loop of the one
  * instruction the path's matmuls are built on (f32 FMA on ymm, zmm or NEON
- * vectors, vdpbf16ps, vpdpbusd, vpmaddubsw, SDOT or SMMLA, or on amx the tile products TDPBF16PS /
- * TDPBSUD on four accumulator tiles; kernels/simd.h); no memory is touched, so this is the
- * arithmetic ceiling, not a achievable matmul rate.  The ref path's loop is
+ * vectors, vdpbf16ps, vpdpbusd, vpmaddubsw, BFDOT, SDOT or SMMLA, or on amx
+ * the tile products TDPBF16PS / TDPBSUD on four accumulator tiles;
+ * kernels/simd.h); no memory is touched, so this is the arithmetic ceiling,
+ * not an achievable matmul rate.  The ref path's loop is
  * portable C with eight independent multiply-add chains (whatever the
  * compiler makes of it for the baseline target).  The fastest of five
  * runs is kept.
@@ -69,6 +70,7 @@ double mm_peak_gflops(const cpu_target *tg, const char *precision, tp_pool *pool
     }
     if (tg->path == CPU_PATH_AVX2 && int8) j.kind = 2;
     if (tg->path == CPU_PATH_NEON && tg->dot && int8) j.kind = tg->i8mm ? 3 : 2;
+    if (tg->path == CPU_PATH_NEON && tg->bf16 && !strcmp(precision, "bf16")) j.kind = 1;
     if (tg->amx) {
         /* tile products are what the matmuls use (the int8 peak is
          * measured with TDPBSUD) */

@@ -284,7 +284,8 @@ void avx2_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, 
 /* ---- AArch64 NEON (simd_neon.c): the avx2 contracts on 4-float vectors,
  * and the avx512 int8 contracts on SDOT (ARMv8.2 dot product: call only
  * where cpu_features.neon_dot) ---- */
-/* kind 0: f32 FMA on 128-bit vectors; 2: SDOT (as avx512_peak); 3: SMMLA
+/* kind 0: f32 FMA on 128-bit vectors; 1: BFDOT (a lane = 2 products and
+ * their sum, 4 operations; needs BF16); 2: SDOT (as avx512_peak); 3: SMMLA
  * (an instruction = 2 x 2 dots of 8 = 64 operations; needs I8MM) */
 double neon_peak(int kind, int64_t iters);
 /* avx512_act_i8's contract. */
@@ -305,6 +306,11 @@ void neon_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_
                    bool add, const mm_prefetch *pf);
 void neon_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
+/* avx512_act_bf16's and avx512_dot_bf16's contracts, on BFDOT (call the
+ * dot only where cpu_features.neon_bf16). */
+void neon_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, uint16_t *dst);
+void neon_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, const uint16_t *w,
+                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
 /* avx2_widen_w16's contract. */
 void neon_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst);
 void neon_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,

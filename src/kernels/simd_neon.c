@@ -27,6 +27,7 @@
 #define INLINE static inline __attribute__((always_inline))
 #define TDOT __attribute__((target("arch=armv8.2-a+dotprod")))
 #define TMM __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
+#define TBF16 __attribute__((target("arch=armv8.2-a+fp16+bf16")))
 
 enum { NDM = 6, NDN = 4 }; /* dot form: tokens x rows */
 
@@ -167,6 +168,81 @@ void neon_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, 
             for (int64_t kk = 0; kk < k; kk++) s = fmaf(A[i * rsa + kk * csa], B[kk * ldb + j], s);
             C[i * ldc + j] = add ? C[i * ldc + j] + s : s;
         }
+}
+
+/* ==== BF16 (BFDOT) ============================================================= */
+
+/* mm_round_bf16's rounding (to nearest even at bit 16) of 4 values: their
+ * top halves. */
+INLINE uint16x4_t round_bf16x4(float32x4_t v) {
+    const uint32x4_t u = vreinterpretq_u32_f32(v);
+    const uint32x4_t odd = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    return vshrn_n_u32(vaddq_u32(u, vaddq_u32(vdupq_n_u32(0x7fff), odd)), 16);
+}
+
+void neon_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, uint16_t *dst) {
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xr = x + t * in;
+        uint16_t *d = dst + t * in;
+        int64_t i = 0;
+        for (; i + 4 <= in; i += 4) vst1_u16(d + i, round_bf16x4(vld1q_f32(xr + i)));
+        for (; i < in; i++) { /* the in % 4 tail */
+            float r;
+            mm_round_bf16(xr + i, 1, &r);
+            uint32_t u;
+            memcpy(&u, &r, 4);
+            d[i] = (uint16_t)(u >> 16);
+        }
+    }
+}
+
+/* dot_tile on BF16 rows: BFDOT sums pairs of BF16 products into each f32
+ * lane, 8 k per step, twice FMLA's multiply-adds. */
+INLINE TBF16 void dot_tile_bf16(int64_t k, const uint16_t *A, int64_t lda, int mr,
+                                const uint16_t *B, int64_t ldb, int nr, float *C, int64_t ldc,
+                                bool add) {
+    float32x4_t c[NDM][NDN];
+    const uint16_t *a[NDM], *b[NDN];
+#pragma GCC unroll 6
+    for (int i = 0; i < NDM; i++) {
+        a[i] = A + (i < mr ? i : mr - 1) * lda; /* past mr: computed, not stored */
+#pragma GCC unroll 4
+        for (int j = 0; j < NDN; j++) c[i][j] = vdupq_n_f32(0.0f);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NDN; j++) b[j] = B + (j < nr ? j : nr - 1) * ldb;
+    int64_t kk = 0;
+    for (; kk + 8 <= k; kk += 8) {
+        bfloat16x8_t w[NDN];
+#pragma GCC unroll 4
+        for (int j = 0; j < NDN; j++) w[j] = vreinterpretq_bf16_u16(vld1q_u16(b[j] + kk));
+#pragma GCC unroll 6
+        for (int i = 0; i < NDM; i++) {
+            const bfloat16x8_t x = vreinterpretq_bf16_u16(vld1q_u16(a[i] + kk));
+#pragma GCC unroll 4
+            for (int j = 0; j < NDN; j++) c[i][j] = vbfdotq_f32(c[i][j], x, w[j]);
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        float s[NDN];
+        vst1q_f32(s, hsum4(c[i][0], c[i][1], c[i][2], c[i][3]));
+        for (int64_t t = kk; t < k; t++) /* the k % 8 tail */
+            for (int j = 0; j < NDN; j++)
+                s[j] = fmaf(clef_bf16_to_f32(a[i][t]), clef_bf16_to_f32(b[j][t]), s[j]);
+        float *p = C + i * ldc;
+        for (int j = 0; j < nr; j++) p[j] = add ? p[j] + s[j] : s[j];
+    }
+}
+
+TBF16 void neon_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, const uint16_t *w,
+                         int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
+    for (int64_t t = 0; t < T; t += NDM) {
+        const int mr = (int)(T - t < NDM ? T - t : NDM);
+        for (int64_t r = 0; r < np; r += NDN) {
+            const int nr = (int)(np - r < NDN ? np - r : NDN);
+            dot_tile_bf16(kc, x + t * ldx, ldx, mr, w + r * ldw, ldw, nr, y + t * ldy + r, ldy, add);
+        }
+    }
 }
 
 /* ==== int8 (SDOT) ============================================================== */
@@ -574,14 +650,38 @@ TMM static double peak_smmla(int64_t iters) {
     return (double)iters * 12 * 64 + (s == 12345 ? 1 : 0);
 }
 
+TBF16 static double peak_bfdot(int64_t iters) {
+    const bfloat16x8_t b = vreinterpretq_bf16_u16(vdupq_n_u16(0x3f80)); /* 1.0 */
+    float32x4_t a[12];
+    for (int i = 0; i < 12; i++) a[i] = vdupq_n_f32((float)i);
+    for (int64_t it = 0; it < iters; it++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) {
+            a[i] = vbfdotq_f32(a[i], b, b);
+            KEEP(a[i])
+        }
+    }
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += vgetq_lane_f32(a[i], 0);
+    return (double)iters * 12 * 16 + (s == 12345.0f ? 1 : 0);
+}
+
 double neon_peak(int kind, int64_t iters) {
-    return kind == 3 ? peak_smmla(iters) : kind == 2 ? peak_sdot(iters) : peak_fma(iters);
+    switch (kind) {
+    case 1: return peak_bfdot(iters);
+    case 2: return peak_sdot(iters);
+    case 3: return peak_smmla(iters);
+    default: return peak_fma(iters);
+    }
 }
 
 #else /* not AArch64: never called */
 void neon_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
 void neon_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst) {}
+void neon_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, uint16_t *dst) {}
+void neon_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, const uint16_t *w,
+                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
 void neon_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
                   const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {}
 double neon_peak(int kind, int64_t iters) { return 0; }
