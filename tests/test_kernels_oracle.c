@@ -168,6 +168,10 @@ static int usable(path_run *out) {
     out[n++] = (path_run){"ref", false, false};
     if (cpu_path_supported(&f, CPU_PATH_AVX2)) out[n++] = (path_run){"avx2", true, true};
     else printf("[oracle] skip avx2: not supported here\n");
+    cpu_target t;
+    clef_error err = {0};
+    if (cpu_choose("avx2+vnni", &f, &t, &err) == CLEF_OK) out[n++] = (path_run){"avx2+vnni", true, true};
+    else printf("[oracle] skip avx2+vnni: no vpdpbusd on ymm here\n");
     if (cpu_path_supported(&f, CPU_PATH_NEON)) out[n++] = (path_run){"neon", true, f.neon_dot};
     else printf("[oracle] skip neon: not supported here\n");
     if (cpu_path_supported(&f, CPU_PATH_AVX512)) out[n++] = (path_run){"avx512", true, true};
@@ -184,7 +188,7 @@ static void check(double dl, double dp, double tl, double tp, const char *what) 
 
 static void test_f32_file(void **state) {
     (void)state;
-    path_run pr[4];
+    path_run pr[6];
     int n = usable(pr);
     for (int i = 0; i < n; i++) {
         clef_model *m = load(TINY "clef-tiny-a-F32.gguf", pr[i].cpu);
@@ -201,7 +205,7 @@ static void test_f32_file(void **state) {
 
 static void test_bf16_file(void **state) {
     (void)state;
-    path_run pr[4];
+    path_run pr[6];
     int n = usable(pr);
     for (int i = 0; i < n; i++) {
         clef_model *m = load(TINY "clef-tiny-a-BF16.gguf", pr[i].cpu);
@@ -225,7 +229,7 @@ static void test_bf16_file(void **state) {
 
 static void test_q8_0_file(void **state) {
     (void)state;
-    path_run pr[4];
+    path_run pr[6];
     int n = usable(pr);
     for (int i = 0; i < n; i++) {
         clef_model *m = load(TINY "clef-tiny-a-Q8_0.gguf", pr[i].cpu);

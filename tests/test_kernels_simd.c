@@ -124,8 +124,15 @@ static int usable_targets(path_case *out) {
     cpu_detect(&f);
     int n = 0;
     out[n++] = (path_case){"ref", {.path = CPU_PATH_REF}};
+    clef_error err = {0};
     if (cpu_path_supported(&f, CPU_PATH_AVX2)) out[n++] = (path_case){"avx2", {.path = CPU_PATH_AVX2}};
     else printf("[simd] skip avx2: not supported here\n");
+    /* the ymm vpdpbusd kernels, in the encoding this CPU has (EVEX on an
+     * AVX-512 machine without AVX-VNNI) */
+    cpu_target vnni;
+    if (cpu_choose("avx2+vnni", &f, &vnni, &err) == CLEF_OK)
+        out[n++] = (path_case){vnni.vnni_evex ? "avx2+vnni (EVEX)" : "avx2+vnni", vnni};
+    else printf("[simd] skip avx2+vnni: no vpdpbusd on ymm here\n");
     if (cpu_path_supported(&f, CPU_PATH_NEON)) {
         out[n++] = (path_case){"neon (no dot)", {.path = CPU_PATH_NEON}};
         if (f.neon_dot) out[n++] = (path_case){"neon+dot", {.path = CPU_PATH_NEON, .dot = true}};
@@ -150,7 +157,6 @@ static int usable_targets(path_case *out) {
     } else {
         printf("[simd] skip avx512: not supported here\n");
     }
-    clef_error err = {0};
     cpu_target amx;
     if (cpu_path_supported(&f, CPU_PATH_AMX) && cpu_choose("amx", &f, &amx, &err) == CLEF_OK)
         out[n++] = (path_case){"amx", amx};
@@ -257,7 +263,7 @@ static void check_f32_act(const path_case *pc, uint32_t type, int64_t in, int64_
 
 static void test_matmul_paths(void **state) {
     (void)state;
-    path_case pcs[8];
+    path_case pcs[12];
     int n = usable_targets(pcs);
     tp_pool *pool;
     assert_int_equal(tp_create(3, &pool, NULL), CLEF_OK);
@@ -332,7 +338,7 @@ static void check_gemm(const path_case *pc, int64_t m, int64_t n, int64_t k, boo
 
 static void test_gemm_paths(void **state) {
     (void)state;
-    path_case pcs[8];
+    path_case pcs[12];
     int n = usable_targets(pcs);
     const int64_t shapes[][3] = {{1, 1, 1}, {8, 48, 16}, {13, 130, 67}, {64, 128, 128}, {3, 5, 0}, {70, 17, 9}};
     for (int p = 0; p < n; p++)
@@ -367,7 +373,7 @@ static void check_transpose(const path_case *pc, int64_t rows, int64_t cols) {
 
 static void test_transpose_paths(void **state) {
     (void)state;
-    path_case pcs[8];
+    path_case pcs[12];
     int n = usable_targets(pcs);
     const int64_t shapes[][2] = {{1, 1}, {16, 16}, {256, 128}, {17, 33}, {5, 300}, {129, 7}, {0, 4}};
     for (int p = 0; p < n; p++)
@@ -403,8 +409,22 @@ static void test_cpu_choose(void **state) {
     if (cpu_path_supported(&f, CPU_PATH_AVX2)) {
         assert_int_equal(cpu_choose("avx2", &f, &t, &err), CLEF_OK);
         assert_int_equal(t.path, CPU_PATH_AVX2);
-        assert_false(t.bf16 || t.vnni);
+        assert_false(t.bf16);
+        /* vpdpbusd on ymm where the CPU has AVX-VNNI, and the name says so */
+        assert_int_equal(t.vnni, f.avx_vnni);
+        assert_false(t.vnni_evex);
+        assert_string_equal(cpu_target_name(&t), f.avx_vnni ? "avx2+vnni" : "avx2");
+        const bool ymm_dp = f.avx_vnni || (f.avx512vnni && f.avx512vl);
+        assert_int_equal(cpu_choose("avx2+vnni", &f, &t, &err), ymm_dp ? CLEF_OK : CLEF_ERR_UNSUPPORTED);
+        if (ymm_dp) {
+            assert_int_equal(t.path, CPU_PATH_AVX2);
+            assert_true(t.vnni);
+            assert_int_equal(t.vnni_evex, !f.avx_vnni);
+            assert_string_equal(cpu_target_name(&t), "avx2+vnni");
+        }
     }
+    assert_int_equal(cpu_choose("avx2+vnni", &none, &t, &err), CLEF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "avx2+vnni"));
     if (cpu_path_supported(&f, CPU_PATH_AVX512)) {
         assert_int_equal(cpu_choose("avx512", &f, &t, &err), CLEF_OK);
         /* vdpbf16ps and folded broadcasts are AMD's; Intel widens BF16 */

@@ -64,6 +64,7 @@ void cpu_detect(cpu_features *f) {
         f->fma = fma;
         f->f16c = f16c;
         f->avx2 = b7 & (1u << 5);
+        f->avx_vnni = a71 & (1u << 4);
     }
     if (zmm_os) {
         f->avx512f = b7 & (1u << 16);
@@ -150,6 +151,7 @@ const char *cpu_target_name(const cpu_target *t) {
                                                {"neon+bf16", "neon+dot+bf16", "neon+dot+i8mm+bf16"}};
         return neon[t->bf16][t->i8mm ? 2 : t->dot ? 1 : 0];
     }
+    case CPU_PATH_AVX2: return t->vnni ? "avx2+vnni" : "avx2";
     default: return cpu_path_name(t->path);
     }
 }
@@ -167,7 +169,16 @@ clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *o
                        clef_error *err) {
     memset(out, 0, sizeof *out);
     cpu_path path;
-    if (!request || !*request || !strcmp(request, "auto")) {
+    /* avx2+vnni: the ymm vpdpbusd in the encoding this CPU has */
+    const bool vnni256 = f->avx_vnni || (f->avx512vnni && f->avx512vl);
+    const bool avx2_vnni = request && !strcmp(request, "avx2+vnni");
+    if (avx2_vnni) {
+        if (!cpu_path_supported(f, CPU_PATH_AVX2) || !vnni256)
+            return clef_err_set(err, CLEF_ERR_UNSUPPORTED,
+                                "CLEF_CPU=avx2+vnni: this CPU (or OS) has no vpdpbusd on ymm "
+                                "(AVX-VNNI, or AVX512_VNNI with AVX512VL)");
+        path = CPU_PATH_AVX2;
+    } else if (!request || !*request || !strcmp(request, "auto")) {
         /* amx when Linux grants the tile permission, else the next best */
         path = cpu_path_supported(f, CPU_PATH_AVX512) ? CPU_PATH_AVX512
              : cpu_path_supported(f, CPU_PATH_AVX2)   ? CPU_PATH_AVX2
@@ -176,7 +187,8 @@ clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *o
         if (cpu_path_supported(f, CPU_PATH_AMX) && amx_request_permission()) path = CPU_PATH_AMX;
     } else if (!parse_path(request, &path)) {
         return clef_err_set(err, CLEF_ERR_INVALID_ARG,
-                            "CLEF_CPU='%.40s' is not one of ref, avx2, avx512, amx, neon, auto", request);
+                            "CLEF_CPU='%.40s' is not one of ref, avx2, avx2+vnni, avx512, amx, neon, auto",
+                            request);
     } else if (!cpu_path_supported(f, path)) {
         return clef_err_set(err, CLEF_ERR_UNSUPPORTED,
                             "CLEF_CPU=%s: this CPU (or OS) lacks the instructions it needs", request);
@@ -192,6 +204,10 @@ clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *o
         out->bcast_fold = f->amd;
         out->vnni = f->avx512vnni;
         out->amx = path == CPU_PATH_AMX;
+    }
+    if (path == CPU_PATH_AVX2) {
+        out->vnni = f->avx_vnni || avx2_vnni;
+        out->vnni_evex = out->vnni && !f->avx_vnni;
     }
     if (path == CPU_PATH_NEON) {
         out->dot = f->neon_dot;

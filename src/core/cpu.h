@@ -7,14 +7,18 @@
  * (qwen35_load) and kept in the model: cpu_target says which kernel family
  * runs and which optional instructions those kernels may use.
  *
- * Paths (CLEF_CPU=ref|avx2|avx512|amx|neon forces one; unset or "auto" picks
+ * Paths (CLEF_CPU=ref|avx2|avx2+vnni|avx512|amx|neon forces one; unset or "auto" picks
  * the best the CPU has):
  *   ref     portable C, weights dequantized to f32, f32 activations: the
  *           arbiter every other path is tested against
  *   avx2    AVX2+FMA+F16C: f32 kernels (BF16 weights widened to f32 meet
  *           activations rounded to BF16, as llama.cpp); Q8_0/Q4_K/Q5_K/Q6_K
- *           weights meet int8 activations on vpmaddubsw; the decision
- *           head's BF16/F16 matrices are widened in registers (f32_act)
+ *           weights meet int8 activations on vpmaddubsw, or on the ymm
+ *           vpdpbusd of AVX-VNNI where the CPU has it (`avx2+vnni`: Intel
+ *           client cores from Alder Lake on, the E-core Xeons); the decision
+ *           head's BF16/F16 matrices are widened in registers (f32_act).
+ *           CLEF_CPU=avx2+vnni forces the vpdpbusd kernels, also on a CPU
+ *           that has the instruction only in its AVX-512 (EVEX) encoding
  *   avx512  AVX-512F/BW/VL; BF16 weights meet BF16 activations, on
  *           vdpbf16ps where it outruns f32 FMAs (AMD: Zen 4/5), else widened
  *           to f32 panels for FMAs (Intel: vdpbf16ps zmm issues at 1.3/ns
@@ -55,6 +59,7 @@ typedef struct cpu_features {
     bool avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512dq;
     bool avx512bf16, avx512vnni;
+    bool avx_vnni;                      /* AVX-VNNI: VEX vpdpbusd on ymm        */
     bool amx_tile, amx_bf16, amx_int8;  /* CPU + XCR0; the permission is separate */
     bool amd;                           /* vendor AuthenticAMD                  */
     bool neon;                          /* AArch64 Advanced SIMD                */
@@ -72,7 +77,12 @@ typedef struct cpu_target {
                        pipe); else one vbroadcastss feeds a row of FMAs (Intel:
                        a broadcast is a load-port uop, and folded into every
                        FMA the loads become the limit)                      */
-    bool vnni;      /* avx512 family: vpdpbusd kernels for quantized weights    */
+    bool vnni;      /* avx512 family: vpdpbusd kernels for quantized weights;
+                       avx2: the same on ymm (AVX-VNNI)                     */
+    bool vnni_evex; /* avx2 with vnni: that ymm vpdpbusd in its EVEX encoding
+                       (AVX512_VNNI + VL), for a CPU without AVX-VNNI: an
+                       AVX-512 machine testing or timing the avx2+vnni
+                       kernels (the bits are the same)                       */
     bool amx;       /* AMX tiles usable (permission granted)                   */
     bool dot;       /* neon: sdot kernels for quantized weights (int8 activations) */
     bool i8mm;      /* neon with dot: those products on SMMLA's 2 x 8 x 2 blocks  */
@@ -92,7 +102,8 @@ void cpu_detect(cpu_features *f);
 bool cpu_path_supported(const cpu_features *f, cpu_path path);
 
 /* Choose the target.  request: the CLEF_CPU value (NULL, "" or "auto": the
- * best supported path).  A named path the CPU cannot run, or an unknown
+ * best supported path; "avx2+vnni": avx2 with the vpdpbusd kernels, in
+ * either encoding).  A named path the CPU cannot run, or an unknown
  * name, is CLEF_ERR_UNSUPPORTED / CLEF_ERR_INVALID_ARG naming it.  For
  * `amx` this asks Linux for the tile-data permission. */
 clef_status cpu_choose(const char *request, const cpu_features *f, cpu_target *out,

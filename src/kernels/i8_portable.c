@@ -1,10 +1,9 @@
 /*
  * kernels/i8_portable.c — the ISA-independent halves of the int8 matmul
- * path (kernels/simd.h): the I8 group packer for Q8_0 kept signed and the
- * K-quants, and the per-block bookkeeping of the activation quantizer.
- * The NEON (SDOT) and AVX2 (vpmaddubsw) paths share them; the AVX-512 path
- * has its own vectorised versions, which also make Q8_0 unsigned for
- * vpdpbusd.
+ * path (kernels/simd.h): the I8 group packer for Q8_0 and the K-quants,
+ * and the per-block bookkeeping of the activation quantizer.  The NEON
+ * (SDOT) and AVX2 (vpmaddubsw, AVX-VNNI) paths share them; the AVX-512
+ * path has its own vectorised versions.
  */
 #include <string.h>
 
@@ -22,9 +21,10 @@ static uint8_t *run_at(uint8_t *block, int kw, int r, int i) {
     return block + (size_t)(r * IG + i) * (size_t)kw;
 }
 
-/* Q8_0 rows as stored (signed, m = 0), in runs of kw bytes. */
-INLINE void pack_q8_0(const int kw, const mm_weight *w, int64_t r0, int64_t np, int64_t k0, int64_t kc,
-                      uint8_t *dst) {
+/* Q8_0 rows in runs of kw bytes: as stored (signed_q: m = 0), or made
+ * unsigned for vpdpbusd (q + 128 by flipping the sign bit, m = −128·s). */
+INLINE void pack_q8_0(const int kw, const mm_i8_kind *kind, const mm_weight *w, int64_t r0,
+                      int64_t np, int64_t k0, int64_t kc, uint8_t *dst) {
     const int64_t nblk = kc / 32, groups = (np + IG - 1) / IG;
     const size_t bbytes = 32 * IG + 2 * IG * sizeof(float);
     for (int64_t g = 0; g < groups; g++)
@@ -38,10 +38,13 @@ INLINE void pack_q8_0(const int kw, const mm_weight *w, int64_t r0, int64_t np, 
                 uint8_t *bp = dst + (size_t)(g * nblk + b) * bbytes;
                 float *s = (float *)(bp + 32 * IG);
                 s[i] = live ? clef_load_f16(src + 34 * b) : 0.0f;
-                s[IG + i] = 0.0f;
+                s[IG + i] = kind->signed_q ? 0.0f : -128.0f * s[i];
                 for (int r = 0; r < 32 / kw; r++) {
-                    if (live) memcpy(run_at(bp, kw, r, i), src + 34 * b + 2 + kw * r, (size_t)kw);
-                    else memset(run_at(bp, kw, r, i), 0, (size_t)kw);
+                    uint8_t *run = run_at(bp, kw, r, i);
+                    if (live) memcpy(run, src + 34 * b + 2 + kw * r, (size_t)kw);
+                    else memset(run, 0, (size_t)kw);
+                    if (!kind->signed_q)
+                        for (int u = 0; u < kw; u++) run[u] ^= 0x80;
                 }
             }
         }
@@ -80,15 +83,15 @@ INLINE void pack_kquant(const int kw, const mm_i8_kind *kind, const mm_weight *w
         }
 }
 
-void mm_pack_i8_signed(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+void mm_pack_i8_portable(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                        int64_t k0, int64_t kc, uint8_t *dst) {
     /* the run width as a constant: memcpy of 4 or 8 bytes is one move */
     const bool q8 = w->type == CLEF_DTYPE_Q8_0;
     if (kind->k8) {
-        if (q8) pack_q8_0(8, w, r0, np, k0, kc, dst);
+        if (q8) pack_q8_0(8, kind, w, r0, np, k0, kc, dst);
         else pack_kquant(8, kind, w, r0, np, k0, kc, dst);
     } else {
-        if (q8) pack_q8_0(4, w, r0, np, k0, kc, dst);
+        if (q8) pack_q8_0(4, kind, w, r0, np, k0, kc, dst);
         else pack_kquant(4, kind, w, r0, np, k0, kc, dst);
     }
 }

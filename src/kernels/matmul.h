@@ -21,12 +21,13 @@
  *   F32 weights     f32 activations, f32 FMA
  *   BF16 weights    activations rounded to BF16 (dpbf16 on avx512+bf16,
  *                   else the rounded values in f32 FMA)
- *   Q8_0, Q4_K, Q5_K, Q6_K   on avx512+vnni: activations quantized to int8
- *                   with one f32 scale per block, as llama.cpp does: 32
- *                   for Q8_0 (Q8_0's layout, the scale rounded through
- *                   f16), 256 for the K-quants (Q8_K's), integer dots by
- *                   vpdpbusd; elsewhere (avx2, neon) dequantized weights with f32
- *                   activations
+ *   Q8_0, Q4_K, Q5_K, Q6_K   activations quantized to int8 with one f32
+ *                   scale per block, as llama.cpp does: 32 for Q8_0 (Q8_0's
+ *                   layout, the scale rounded through f16), 256 for the
+ *                   K-quants (Q8_K's); integer dots by vpdpbusd on zmm
+ *                   (avx512+vnni) or ymm (avx2+vnni), vpmaddubsw (avx2),
+ *                   SDOT / SMMLA (neon+dot); neon without SDOT dequantizes
+ *                   the weights for f32 activations
  *   F16 weights     dequantized, f32 activations
  *   f32_act BF16 / F16   f32 activations; on avx512 and amx the rows widened
  *                   in registers in a dot tile whose lanes sum like the f32

@@ -54,8 +54,12 @@ typedef struct mm_i8_isa {
 } mm_i8_isa;
 
 static const mm_i8_isa I8_AVX512 = {avx512_act_i8, avx512_pack_i8, avx512_i8_panel, true, false};
-static const mm_i8_isa I8_AVX2 = {avx2_act_i8, mm_pack_i8_signed, avx2_i8_panel, false, true};
-static const mm_i8_isa I8_NEON = {neon_act_i8, mm_pack_i8_signed, neon_i8_panel, false, true};
+static const mm_i8_isa I8_AVX2 = {avx2_act_i8, mm_pack_i8_portable, avx2_i8_panel, false, true};
+static const mm_i8_isa I8_AVX2_VNNI = {avx2_act_i8, mm_pack_i8_portable, avx2_vnni_i8_panel, false,
+                                       false};
+static const mm_i8_isa I8_AVX2_VNNI_EVEX = {avx2_act_i8, mm_pack_i8_portable,
+                                            avx2_vnni_evex_i8_panel, false, false};
+static const mm_i8_isa I8_NEON = {neon_act_i8, mm_pack_i8_portable, neon_i8_panel, false, true};
 
 typedef struct mm_plan {
     cpu_path path;
@@ -121,7 +125,11 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->i8.ab = 256; /* its own per-256 activations (amx_act_kq) */
     } else if (int8 && is_i8_type(w->type) && gather) {
         p->kind = tg->amx ? MM_KIND_AMX_I8 : MM_KIND_I8;
-        p->i8isa = avx512 && (tg->vnni || tg->amx) ? &I8_AVX512 : neon_dot ? &I8_NEON : &I8_AVX2;
+        p->i8isa = avx512 && (tg->vnni || tg->amx)          ? &I8_AVX512
+                 : neon_dot                                  ? &I8_NEON
+                 : tg->path == CPU_PATH_AVX2 && tg->vnni     ? tg->vnni_evex ? &I8_AVX2_VNNI_EVEX
+                                                                             : &I8_AVX2_VNNI
+                                                             : &I8_AVX2;
         p->KC = MM_KC_I8;
         p->i8.bk = w->type == CLEF_DTYPE_Q6_K ? 16 : 32;
         p->i8.ab = kquant ? 256 : 32;

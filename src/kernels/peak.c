@@ -4,7 +4,7 @@
  *
  * Every thread of the pool runs the same register-resident loop of the one
  * instruction the path's matmuls are built on (f32 FMA on ymm, zmm or NEON
- * vectors, vdpbf16ps, vpdpbusd, vpmaddubsw, BFDOT, SDOT or SMMLA, or on amx
+ * vectors, vdpbf16ps, vpdpbusd on zmm or ymm, vpmaddubsw, BFDOT, SDOT or SMMLA, or on amx
  * the tile products TDPBF16PS / TDPBSUD on four accumulator tiles;
  * kernels/simd.h); no memory is touched, so this is the arithmetic ceiling,
  * not an achievable matmul rate.  The ref path's loop is
@@ -68,7 +68,7 @@ double mm_peak_gflops(const cpu_target *tg, const char *precision, tp_pool *pool
         if (int8) j.kind = 2;
         if (int8 && !tg->vnni) j.path = CPU_PATH_AVX2; /* the avx2 int8 kernels */
     }
-    if (tg->path == CPU_PATH_AVX2 && int8) j.kind = 2;
+    if (tg->path == CPU_PATH_AVX2 && int8) j.kind = !tg->vnni ? 2 : tg->vnni_evex ? 4 : 3;
     if (tg->path == CPU_PATH_NEON && tg->dot && int8) j.kind = tg->i8mm ? 3 : 2;
     if (tg->path == CPU_PATH_NEON && tg->bf16 && !strcmp(precision, "bf16")) j.kind = 1;
     if (tg->amx) {

@@ -249,12 +249,13 @@ double amx_peak(int kind, int64_t iters);
 
 /* ---- AVX2 + FMA (simd_avx2.c) ---- */
 /* kind 0: f32 FMA on ymm; 2: vpmaddubsw (a lane = 2 products and their
- * sum, counted 4 operations, as a vpdpbusd lane's 4 products count 8) */
+ * sum, counted 4 operations, as a vpdpbusd lane's 4 products count 8);
+ * 3: vpdpbusd on ymm, VEX (AVX-VNNI); 4: the same, EVEX (AVX512_VNNI+VL) */
 double avx2_peak(int kind, int64_t iters);
 /* avx512_act_i8's contract. */
 void avx2_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
                  int8_t *q, float *dx, void *mb);
-/* avx512_i8_panel's contract on panels from mm_pack_i8_signed, on
+/* avx512_i8_panel's contract on panels from mm_pack_i8_portable, on
  * vpmaddubsw (pf is not used).  Its int16 pair sums must not saturate:
  * Q8_0 (signed) multiplies |w| by x with w's sign (|Σ| ≤ 2·128·127); the
  * K-quants' unsigned quants (below 64) meet x as they are, and several
@@ -263,6 +264,18 @@ void avx2_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0,
 void avx2_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                    int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                    bool add, const mm_prefetch *pf);
+/* The same on the ymm vpdpbusd (exact int32 sums of four products, no
+ * saturation), with Q8_0 packed unsigned (kind->signed_q false, off 128):
+ * avx2_vnni_i8_panel in the VEX encoding (AVX-VNNI), avx2_vnni_evex_i8_panel
+ * in the EVEX one (AVX512_VNNI + VL).  One source: only the encoding of
+ * that instruction differs, so the EVEX build, which runs on AVX-512
+ * machines, tests the logic of the VEX one. */
+void avx2_vnni_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                        int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
+                        bool add, const mm_prefetch *pf);
+void avx2_vnni_evex_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                             int64_t kc, const uint8_t *panel, int64_t np, float *y,
+                             int64_t ldy, bool add, const mm_prefetch *pf);
 void avx2_exp(const float *x, float *y, int64_t n);
 void avx2_silu_mul(float *x, const float *g, int64_t n);
 void avx2_mul_silu(float *x, const float *g, int64_t n);
@@ -299,7 +312,7 @@ void neon_mul_silu(float *x, const float *g, int64_t n);
 void neon_mul_sigmoid(float *x, const float *g, int64_t n);
 void neon_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps);
 void neon_l2norm(float *x, int64_t n, int64_t rows, float eps);
-/* avx512_i8_panel's contract on panels from mm_pack_i8_signed (pf is
+/* avx512_i8_panel's contract on panels from mm_pack_i8_portable (pf is
  * not used); on SMMLA where kind->k8 (call only where cpu_features.neon_i8mm). */
 void neon_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                    int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
@@ -327,12 +340,13 @@ void mm_round_bf16(const float *x, int64_t n, float *dst);
 
 /* ---- portable halves of the int8 path (i8_portable.c) ---- */
 
-/* avx512_pack_i8's contract with Q8_0 kept signed (kind->signed_q; m = 0):
- * the packer of the paths whose products multiply int8 by int8 (SDOT) or
- * need the weight's sign (vpmaddubsw).  The K-quants' quants are below 64,
- * the same bytes signed or not. */
-void mm_pack_i8_signed(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
-                       int64_t k0, int64_t kc, uint8_t *dst);
+/* avx512_pack_i8's contract, row by row: Q8_0 kept signed where
+ * kind->signed_q (m = 0), for the products that multiply int8 by int8
+ * (SDOT) or need the weight's sign (vpmaddubsw), else made unsigned as
+ * avx512_pack_i8 does (the ymm vpdpbusd).  The K-quants' quants are below
+ * 64, the same bytes signed or not. */
+void mm_pack_i8_portable(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+                         int64_t k0, int64_t kc, uint8_t *dst);
 /* One block of n values (32 or 256) with one scale, llama.cpp's rule:
  * d = max|x|/127, q = x·(1/d) rounded to nearest even and saturated;
  * sums16[i] = Σq of values [16i, 16i+16).  Returns d. */

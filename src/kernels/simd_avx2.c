@@ -321,17 +321,32 @@ INLINE T256 __m256i bcast4(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
+/* How a tile multiplies bytes: vpmaddubsw (+ vpmaddwd), or vpdpbusd on
+ * ymm in its VEX (AVX-VNNI) or EVEX (AVX512_VNNI + VL) encoding. */
+enum { DP_MADDUBS = 0, DP_VEX = 1, DP_EVEX = 2 };
+
+/* acc + Σ of 4 products u·s per dword (u unsigned, s signed bytes), exact.
+ * Written in assembly: the intrinsic of either encoding would need its
+ * target on every function it is inlined through, and the one tile source
+ * serves both (the dispatch never runs an encoding the CPU lacks). */
+INLINE T256 __m256i dpbusd256(const int dp, __m256i acc, __m256i u, __m256i s) {
+    if (dp == DP_EVEX) __asm__("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+    else __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+    return acc;
+}
+
 /* tm tokens x 8·tv rows over nblk weight blocks, neon's i8_tile on
  * vpmaddubsw: per block the integer dots accumulate exactly (`run`
- * k-quads in int16, then widened by vpmaddwd), then one f32 scale step
+ * k-quads in int16, then widened by vpmaddwd; dp: one vpdpbusd per
+ * k-quad instead, Q8_0 unsigned), then one f32 scale step
  * (nsb 1: f += isum·(s·dx); nsb > 1: g += isum·s [+ m·Σq], and per nsb
  * blocks fm += g·dx in memory).  sgn: the weights are signed (Q8_0), so
  * |w| meets x with w's sign, the unsigned x signed operand vpmaddubsw
  * takes.  corr: the m term, 0 none, 1 the integer −off·Σq added before
  * the dots (Q6_K), 2 f32 m·Σq (Q4_K, Q5_K).  B: the group at this tile's
  * first row. */
-INLINE T256 void i8_tile(const int tm, const int tv, const int bk, const bool sgn, const int run,
-                         const int corr, const int nsb, int64_t nblk, const int8_t *A,
+INLINE T256 void i8_tile(const int dp, const int tm, const int tv, const int bk, const bool sgn,
+                         const int run, const int corr, const int nsb, int64_t nblk, const int8_t *A,
                          int64_t lda, const float *dx, int64_t ldx, const void *mb, int64_t ldm,
                          int mr, const uint8_t *B, size_t bbytes, int nc, float *C, int64_t ldc,
                          bool add) {
@@ -354,6 +369,22 @@ INLINE T256 void i8_tile(const int tm, const int tv, const int bk, const bool sg
         for (int i = 0; i < tm; i++)
 #pragma GCC unroll 2
             for (int v = 0; v < tv; v++) acc[i][v] = _mm256_set1_epi32(corr == 1 ? mi[i][b] : 0);
+        if (dp != DP_MADDUBS) {
+#pragma GCC unroll 8
+            for (int kq = 0; kq < bk / 4; kq++) {
+                __m256i w[2];
+#pragma GCC unroll 2
+                for (int v = 0; v < tv; v++)
+                    w[v] = _mm256_loadu_si256((const __m256i *)(bp + (size_t)kq * 4 * IG + 32 * v));
+#pragma GCC unroll 4
+                for (int i = 0; i < tm; i++) {
+                    const __m256i xb = bcast4(a[i] + b * bk + 4 * kq);
+#pragma GCC unroll 2
+                    for (int v = 0; v < tv; v++) acc[i][v] = dpbusd256(dp, acc[i][v], w[v], xb);
+                }
+            }
+        }
+        if (dp == DP_MADDUBS)
 #pragma GCC unroll 8
         for (int kq = 0; kq < bk / 4; kq += run) {
             __m256i p[IM][2];
@@ -427,16 +458,30 @@ enum { TM = 4, TV = 2 };
     const void *mb, int64_t ldm, int mr, const uint8_t *B, size_t bbytes, int nc, float *C,    \
     int64_t ldc, bool add
 #define I8_TILE_PASS nblk, A, lda, dx, ldx, mb, ldm, mr, B, bbytes, nc, C, ldc, add
-/* Q8_0 (signed, per-32 activations); Q4_K / Q5_K and Q6_K (per 256) */
-T256 static void i8_tile_q8(I8_TILE_ARGS) { i8_tile(TM, TV, 32, true, 1, 0, 1, I8_TILE_PASS); }
-T256 static void i8_tile_q45(I8_TILE_ARGS) { i8_tile(TM, TV, 32, false, 4, 2, 8, I8_TILE_PASS); }
-T256 static void i8_tile_q6(I8_TILE_ARGS) { i8_tile(TM, TV, 16, false, 2, 1, 16, I8_TILE_PASS); }
+/* Q8_0 (signed, per-32 activations); Q4_K / Q5_K and Q6_K (per 256).  On
+ * vpdpbusd (sfx _vex, _evex) Q8_0 is unsigned, with the integer −128·Σq
+ * correction, and every k-quad is one instruction. */
+#define I8_TILES(dp, sfx, q8_sgn, q8_corr, q45_run, q6_run)                                  \
+    T256 static void i8_tile_q8##sfx(I8_TILE_ARGS) {                                         \
+        i8_tile(dp, TM, TV, 32, q8_sgn, 1, q8_corr, 1, I8_TILE_PASS);                        \
+    }                                                                                        \
+    T256 static void i8_tile_q45##sfx(I8_TILE_ARGS) {                                        \
+        i8_tile(dp, TM, TV, 32, false, q45_run, 2, 8, I8_TILE_PASS);                         \
+    }                                                                                        \
+    T256 static void i8_tile_q6##sfx(I8_TILE_ARGS) {                                         \
+        i8_tile(dp, TM, TV, 16, false, q6_run, 1, 16, I8_TILE_PASS);                         \
+    }
+I8_TILES(DP_MADDUBS, , true, 0, 4, 2)
+I8_TILES(DP_VEX, _vex, false, 1, 1, 1)
+I8_TILES(DP_EVEX, _evex, false, 1, 1, 1)
 
-T256 void avx2_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
-                        int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
-                        bool add, const mm_prefetch *pf) {
-    (void)pf; /* the hardware prefetcher's */
-    void (*tile)(I8_TILE_ARGS) = kind->bk == 16 ? i8_tile_q6 : kind->sym ? i8_tile_q8 : i8_tile_q45;
+typedef void (*i8_tile_fn)(I8_TILE_ARGS);
+
+/* The panel as tiles of one kind: q8 (Q8_0), q45 (Q4_K, Q5_K), q6 (Q6_K). */
+T256 static void i8_panel(i8_tile_fn q8, i8_tile_fn q45, i8_tile_fn q6, const mm_i8_kind *kind,
+                          const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
+                          const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add) {
+    i8_tile_fn tile = kind->bk == 16 ? q6 : kind->sym ? q8 : q45;
     const int64_t nblk = kc / kind->bk, ldx = a->ld / kind->ab, ldm = a->ld / kind->bk;
     const size_t gbytes = mm_i8_group_bytes(kind, kc), bbytes = gbytes / (size_t)nblk;
     for (int64_t t = 0; t < T; t += TM) {
@@ -453,6 +498,30 @@ T256 void avx2_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, i
             }
         }
     }
+}
+
+/* pf is not used: the hardware prefetcher's */
+T256 void avx2_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                        int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
+                        bool add, const mm_prefetch *pf) {
+    (void)pf;
+    i8_panel(i8_tile_q8, i8_tile_q45, i8_tile_q6, kind, a, T, k0, kc, panel, np, y, ldy, add);
+}
+
+T256 void avx2_vnni_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                             int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
+                             bool add, const mm_prefetch *pf) {
+    (void)pf;
+    i8_panel(i8_tile_q8_vex, i8_tile_q45_vex, i8_tile_q6_vex, kind, a, T, k0, kc, panel, np, y,
+             ldy, add);
+}
+
+T256 void avx2_vnni_evex_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T,
+                                  int64_t k0, int64_t kc, const uint8_t *panel, int64_t np,
+                                  float *y, int64_t ldy, bool add, const mm_prefetch *pf) {
+    (void)pf;
+    i8_panel(i8_tile_q8_evex, i8_tile_q45_evex, i8_tile_q6_evex, kind, a, T, k0, kc, panel, np,
+             y, ldy, add);
 }
 
 /* ==== peak loop ================================================================= */
@@ -488,7 +557,30 @@ T256 static double peak_maddubs(int64_t iters) {
     return (double)iters * 12 * 64 + (s == 12345 ? 1 : 0);
 }
 
-double avx2_peak(int kind, int64_t iters) { return kind == 2 ? peak_maddubs(iters) : peak_fma(iters); }
+/* 12 chains of ymm vpdpbusd (a lane: 4 products and their sum, 8 operations) */
+INLINE T256 double peak_dpbusd(const int dp, int64_t iters) {
+    const __m256i b = _mm256_set1_epi8(1);
+    R12(DI)
+    for (int64_t k = 0; k < iters; k++) {
+#define FD(i) a##i = dpbusd256(dp, a##i, a##i, b);
+        R12(FD)
+    }
+    int s = 0;
+    R12(SI)
+    return (double)iters * 12 * 64 + (s == 12345 ? 1 : 0);
+}
+
+T256 static double peak_dpbusd_vex(int64_t iters) { return peak_dpbusd(DP_VEX, iters); }
+T256 static double peak_dpbusd_evex(int64_t iters) { return peak_dpbusd(DP_EVEX, iters); }
+
+double avx2_peak(int kind, int64_t iters) {
+    switch (kind) {
+    case 2: return peak_maddubs(iters);
+    case 3: return peak_dpbusd_vex(iters);
+    case 4: return peak_dpbusd_evex(iters);
+    default: return peak_fma(iters);
+    }
+}
 
 #else /* not x86-64: never called */
 void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
@@ -511,4 +603,10 @@ void avx2_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0,
 void avx2_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                    int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                    bool add, const mm_prefetch *pf) {}
+void avx2_vnni_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                        int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
+                        bool add, const mm_prefetch *pf) {}
+void avx2_vnni_evex_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
+                             int64_t kc, const uint8_t *panel, int64_t np, float *y,
+                             int64_t ldy, bool add, const mm_prefetch *pf) {}
 #endif
