@@ -230,8 +230,9 @@ void clef_engine_get_stats(clef_engine *engine, clef_engine_stats *out);
 
 /* What a loaded model computes with.  Strings are owned by the model. */
 typedef struct clef_model_info {
-    const char *kernels;      /* CPU path chosen at load (CLEF_CPU=ref|avx2|avx512|amx|neon|auto):
-                               * "ref", "avx2", "avx512+bf16+vnni", ...                   */
+    const char *kernels;      /* CPU path chosen at load (CLEF_CPU=ref|avx2|avx2+vnni|
+                               * avx512|amx|neon|auto): "ref", "avx2+vnni",
+                               * "avx512+bf16+vnni", ...                                  */
     const char *weight_type;  /* backbone layer matrices' types, most bytes first:
                                * "BF16", "Q4_K+Q6_K", ...                                 */
     const char *precision;    /* activations the largest matrix meets: "f32", "bf16", "int8" */

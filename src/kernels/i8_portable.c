@@ -27,6 +27,7 @@ INLINE void pack_q8_0(const int kw, const mm_i8_kind *kind, const mm_weight *w, 
                       int64_t np, int64_t k0, int64_t kc, uint8_t *dst) {
     const int64_t nblk = kc / 32, groups = (np + IG - 1) / IG;
     const size_t bbytes = 32 * IG + 2 * IG * sizeof(float);
+    const uint64_t flip = kind->signed_q ? 0 : 0x8080808080808080u;
     for (int64_t g = 0; g < groups; g++)
         for (int i = 0; i < IG; i++) {
             const int64_t row = g * IG + i;
@@ -40,11 +41,10 @@ INLINE void pack_q8_0(const int kw, const mm_i8_kind *kind, const mm_weight *w, 
                 s[i] = live ? clef_load_f16(src + 34 * b) : 0.0f;
                 s[IG + i] = kind->signed_q ? 0.0f : -128.0f * s[i];
                 for (int r = 0; r < 32 / kw; r++) {
-                    uint8_t *run = run_at(bp, kw, r, i);
-                    if (live) memcpy(run, src + 34 * b + 2 + kw * r, (size_t)kw);
-                    else memset(run, 0, (size_t)kw);
-                    if (!kind->signed_q)
-                        for (int u = 0; u < kw; u++) run[u] ^= 0x80;
+                    uint64_t v = 0; /* kw (4 or 8) bytes */
+                    if (live) memcpy(&v, src + 34 * b + 2 + kw * r, (size_t)kw);
+                    v ^= live ? flip : 0;
+                    memcpy(run_at(bp, kw, r, i), &v, (size_t)kw);
                 }
             }
         }

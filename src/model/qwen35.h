@@ -90,9 +90,10 @@ typedef struct qwen35_model {
 } qwen35_model;
 
 /* Read the hyperparameters under "<arch>." and look up every tensor with
- * its expected shape; choose the kernels (CLEF_CPU=ref|avx2|avx512|amx|neon|auto,
- * read here once; a value the CPU cannot honour is an error).  Small f32 copies (for vectors not stored as F32) are
- * owned by `owner`.  On failure err names the key or tensor. */
+ * its expected shape; choose the kernels (CLEF_CPU=ref|avx2|avx2+vnni|
+ * avx512|amx|neon|auto, read here once; a value the CPU cannot honour is an
+ * error).  Small f32 copies (for vectors not stored as F32) are owned by
+ * `owner`.  On failure err names the key or tensor. */
 clef_status qwen35_load(struct clef_model *owner, const char *arch, qwen35_model *out,
                         clef_error *err);
 void qwen35_free(qwen35_model *m);
