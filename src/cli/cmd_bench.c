@@ -7,10 +7,11 @@
  * tokens / wall second; achieved GFLOP/s counts the FLOPs of the shapes
  * (clef.h: matmuls, attention, delta rule); the peak is measured here, on
  * the model's threads, with a register-resident loop of the instruction the
- * model's largest matrices use.  "head" is the final norm plus, for a model
- * with a decision head, one scoring of four synthetic questions.  Peak RSS
- * is getrusage's high-water mark of the whole process (mapped weights that
- * were touched count).
+ * model's largest matrices use, once before the first size and again after
+ * each (the highest reading is the ceiling).  "head" is the final norm plus,
+ * for a model with a decision head, one scoring of four synthetic questions.
+ * Peak RSS is getrusage's high-water mark of the whole process (mapped
+ * weights that were touched count).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -51,7 +52,8 @@ static void bench_usage(FILE *out) {
             "  -b N            N prompts of each size in one pass, as a server batches\n"
             "                  requests; tokens/s counts all of them (default 1)\n"
             "  --json          one JSON object per line per prompt size\n"
-            "  --peak-seconds  how long the peak measurement runs (default 0.5)\n"
+            "  --peak-seconds  how long each peak measurement runs: one before the first\n"
+            "                  size and one after each (default 0.5)\n"
             "  --seed N        token seed (default 1)\n");
 }
 
@@ -255,6 +257,20 @@ static void print_text(const bench_opts *o, double peak, const bench_row *r) {
     fflush(stdout);
 }
 
+/* The peak once more, right after a size's runs, and the higher of the two
+ * from then on.  A KVM host's neighbours or the kernel's writeback can slow
+ * one measurement for a second or more (seen: 179 GFLOP/s measured, 237
+ * achieved by the matmuls just after, 300-308 in the next runs); a peak is
+ * a ceiling, so a low reading is the error, never a high one. */
+static double remeasure_peak(clef_model *m, const bench_opts *o, double peak, int64_t n) {
+    double again = clef_model_peak_gflops(m, o->peak_seconds);
+    if (again <= peak) return peak;
+    if (!o->json && again > 1.02 * peak)
+        printf("peak     re-measured after %lld tokens: %.1f G/s, used from this row on\n",
+               (long long)n, again);
+    return again;
+}
+
 int cmd_bench(int argc, char **argv) {
     bench_opts o;
     int pr = parse_args(argc, argv, &o);
@@ -286,6 +302,7 @@ int cmd_bench(int argc, char **argv) {
             rc = 1;
             break;
         }
+        peak = remeasure_peak(m, &o, peak, o.sizes[i]);
         if (o.json) print_json(&o, &info, peak, &row);
         else print_text(&o, peak, &row);
     }
