@@ -1,10 +1,10 @@
 /*
- * kernels/gdn.c — causal conv1d and the sequential gated delta rule.
+ * kernels/gdn.c — causal conv1d and the gated delta rule: the sequential
+ * form (the reference, one token at a time) and the chunked (WY / UT
+ * transform) form that turns most of the work into small matmuls.
  *
- * The delta rule is parallel across value heads only (each head's state is a
- * chain through time).  A chunked (WY / UT-transform) form that turns most of
- * the work into small matmuls is the known faster prefill; it can replace
- * gdn_delta_rule behind the same contract.
+ * Both are parallel across value heads only: each head's state is a chain
+ * through time.
  */
 #include "kernels/gdn.h"
 
