@@ -77,6 +77,9 @@ enum {
     MM_NP = 48, MM_KC_F32 = 1024, MM_KC_BF16 = 2048, MM_KC_I8 = 1024, MM_ALIGN = 64,
     MM_NP_AMX_BF16 = 32,    /* two row groups of 16: the 2 x 2 tile block */
     MM_NP_AMX_KQ = 64,      /* four subgroups of 16 rows                   */
+    /* floats past kc in each widened 16-bit row: rows a multiple of 4 KiB
+     * apart share one set of L1 (Zen 3, BF16 1024 -> 3584: ~8% faster) */
+    MM_W16_PAD = 16,
 };
 
 static bool is_i8_type(uint32_t t) {
@@ -210,7 +213,8 @@ static size_t thread_bytes(const mm_plan *p) {
         /* the packed panel over all of k, then the f32 accumulators */
         return align_up((size_t)(p->KC / 32) * 2048) + (size_t)MM_AMX_TT * 32 * sizeof(float);
     case MM_KIND_BC:
-    case MM_KIND_DOT_F32: return p->direct ? 0 : align_up((size_t)(p->NP * p->KC) * sizeof(float));
+    case MM_KIND_DOT_F32:
+        return p->direct ? 0 : align_up((size_t)(p->NP * (p->KC + MM_W16_PAD)) * sizeof(float));
     default: return 0;
     }
 }
@@ -396,9 +400,9 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
                       * a third of a 64-token BF16 product on avx2) */
                 (j->p.path == CPU_PATH_NEON ? neon_widen_w16 : avx2_widen_w16)(
                     w->type == CLEF_DTYPE_F16, (const uint16_t *)rows + k0,
-                    (int64_t)(w->row_bytes / 2), np, kc, tmp);
+                    (int64_t)(w->row_bytes / 2), np, kc, tmp, kc + MM_W16_PAD);
             else mm_dequant_rows(w, p0, np, k0, kc, tmp);
-            dot_f32(&j->p, kc, x, in, T, tmp, kc, np, y, out, add);
+            dot_f32(&j->p, kc, x, in, T, tmp, w16 ? kc + MM_W16_PAD : kc, np, y, out, add);
         }
     }
     }

@@ -286,8 +286,9 @@ void avx2_l2norm(float *x, int64_t n, int64_t rows, float eps);
 void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
 /* BF16 (f16: F16) rows [0, nr) of w, ldw elements apart, k [0, kc), widened
- * exactly into dst [nr][kc] (the dot form's rows for 16-bit weights). */
-void avx2_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst);
+ * exactly into dst [nr][ldd] (the dot form's rows for 16-bit weights). */
+void avx2_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst,
+                    int64_t ldd);
 /* avx512_dot_w16's contract: the bits avx2_dot_f32 gives on w's f32 decoding. */
 void avx2_dot_w16(bool f16, int64_t kc, const float *x, int64_t ldx, int64_t T, const uint16_t *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
@@ -325,7 +326,8 @@ void neon_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, uint16_t 
 void neon_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, const uint16_t *w,
                    int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
 /* avx2_widen_w16's contract. */
-void neon_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst);
+void neon_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst,
+                    int64_t ldd);
 void neon_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
                   const float *B, int64_t ldb, float *C, int64_t ldc, bool add);
 

@@ -135,12 +135,13 @@ void avx2_dot_w16(bool f16, int64_t kc, const float *x, int64_t ldx, int64_t T, 
               ldy, add);
 }
 
-T256F16 void avx2_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst) {
+T256F16 void avx2_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc,
+                            float *dst, int64_t ldd) {
     for (int64_t r = 0; r < nr; r++)
         for (int64_t k = 0; k < kc; k += 8) {
             const int64_t n = kc - k < 8 ? kc - k : 8;
             const __m256 v = f16 ? load_w8(2, w + r * ldw, k, n) : load_w8(1, w + r * ldw, k, n);
-            st8(dst + r * kc + k, n, v);
+            st8(dst + r * ldd + k, n, v);
         }
 }
 
@@ -609,7 +610,8 @@ void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const floa
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
 void avx2_dot_w16(bool f16, int64_t kc, const float *x, int64_t ldx, int64_t T, const uint16_t *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
-void avx2_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst) {}
+void avx2_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst,
+                    int64_t ldd) {}
 void avx2_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t rsa, int64_t csa,
                   const float *B, int64_t ldb, float *C, int64_t ldc, bool add) {}
 void avx2_exp(const float *x, float *y, int64_t n) {}

@@ -83,10 +83,11 @@ void neon_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const floa
     }
 }
 
-void neon_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst) {
+void neon_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst,
+                    int64_t ldd) {
     for (int64_t r = 0; r < nr; r++) {
         const uint16_t *src = w + r * ldw;
-        float *d = dst + r * kc;
+        float *d = dst + r * ldd;
         int64_t k = 0;
         for (; k + 4 <= kc; k += 4) {
             const uint16x4_t h = vld1_u16(src + k);
@@ -678,7 +679,8 @@ double neon_peak(int kind, int64_t iters) {
 #else /* not AArch64: never called */
 void neon_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
-void neon_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst) {}
+void neon_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst,
+                    int64_t ldd) {}
 void neon_act_bf16(const float *x, int64_t in, int64_t t0, int64_t t1, uint16_t *dst) {}
 void neon_dot_bf16(int64_t kc, const uint16_t *x, int64_t ldx, int64_t T, const uint16_t *w,
                    int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
