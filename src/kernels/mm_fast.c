@@ -212,8 +212,8 @@ static size_t thread_bytes(const mm_plan *p) {
     case MM_KIND_AMX_BF16:
         /* the packed panel over all of k, then the f32 accumulators */
         return align_up((size_t)(p->KC / 32) * 2048) + (size_t)MM_AMX_TT * 32 * sizeof(float);
-    case MM_KIND_BC:
-    case MM_KIND_DOT_F32:
+    case MM_KIND_BC: return align_up((size_t)(p->NP * p->KC) * sizeof(float));
+    case MM_KIND_DOT_F32: /* widened 16-bit rows padded; dequantized ones fit inside */
         return p->direct ? 0 : align_up((size_t)(p->NP * (p->KC + MM_W16_PAD)) * sizeof(float));
     default: return 0;
     }
