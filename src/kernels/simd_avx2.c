@@ -36,6 +36,14 @@ INLINE T256 void st8(float *p, int64_t n, __m256 v) {
     if (n >= 8) _mm256_storeu_ps(p, v);
     else _mm256_maskstore_ps(p, lanes8(n), v);
 }
+/* The same for 4 floats. */
+INLINE T256 __m128 ld4(const float *p, int64_t n) {
+    return n >= 4 ? _mm_loadu_ps(p) : _mm_maskload_ps(p, _mm256_castsi256_si128(lanes8(n)));
+}
+INLINE T256 void st4(float *p, int64_t n, __m128 v) {
+    if (n >= 4) _mm_storeu_ps(p, v);
+    else _mm_maskstore_ps(p, _mm256_castsi256_si128(lanes8(n)), v);
+}
 
 INLINE T256 __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
@@ -89,19 +97,13 @@ INLINE T256F16 void dot_tile(const int wk, int64_t k, const float *A, int64_t ld
             for (int j = 0; j < DN; j++) c[i][j] = _mm256_fmadd_ps(x, w[j], c[i][j]);
         }
     }
-    const __m128i sm = _mm256_castsi256_si128(lanes8(nr));
 #pragma GCC unroll 3
     for (int i = 0; i < DM; i++) {
         if (i >= mr) break;
         __m128 s = hsum4(c[i][0], c[i][1], c[i][2], c[i][3]);
         float *p = C + i * ldc;
-        if (nr == DN) { /* AMD's masked stores are microcoded: plain ones when whole */
-            if (add) s = _mm_add_ps(s, _mm_loadu_ps(p));
-            _mm_storeu_ps(p, s);
-            continue;
-        }
-        if (add) s = _mm_add_ps(s, _mm_maskload_ps(p, sm));
-        _mm_maskstore_ps(p, sm, s);
+        if (add) s = _mm_add_ps(s, ld4(p, nr));
+        st4(p, nr, s);
     }
 }
 
