@@ -51,15 +51,18 @@ typedef struct mm_i8_isa {
                   const mm_prefetch *pf);
     bool prefetch; /* the panel brings the next stored rows into L2 */
     bool signed_q; /* its packer keeps Q8_0 signed */
+    bool isc;      /* Q4_K/Q5_K as the integer-scale panel (kernels/simd.h) */
 } mm_i8_isa;
 
-static const mm_i8_isa I8_AVX512 = {avx512_act_i8, avx512_pack_i8, avx512_i8_panel, true, false};
-static const mm_i8_isa I8_AVX2 = {avx2_act_i8, mm_pack_i8_portable, avx2_i8_panel, false, true};
+static const mm_i8_isa I8_AVX512 = {avx512_act_i8, avx512_pack_i8, avx512_i8_panel, true, false,
+                                    false};
+static const mm_i8_isa I8_AVX2 = {avx2_act_i8, mm_pack_i8_isc, avx2_i8_panel, false, true, true};
 static const mm_i8_isa I8_AVX2_VNNI = {avx2_act_i8, mm_pack_i8_portable, avx2_vnni_i8_panel, false,
-                                       false};
+                                       false, false};
 static const mm_i8_isa I8_AVX2_VNNI_EVEX = {avx2_act_i8, mm_pack_i8_portable,
-                                            avx2_vnni_evex_i8_panel, false, false};
-static const mm_i8_isa I8_NEON = {neon_act_i8, mm_pack_i8_portable, neon_i8_panel, false, true};
+                                            avx2_vnni_evex_i8_panel, false, false, false};
+static const mm_i8_isa I8_NEON = {neon_act_i8, mm_pack_i8_portable, neon_i8_panel, false, true,
+                                  false};
 
 typedef struct mm_plan {
     cpu_path path;
@@ -140,6 +143,8 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->i8.off = w->type == CLEF_DTYPE_Q8_0 ? 128 : w->type == CLEF_DTYPE_Q6_K ? 32 : 0;
         p->i8.f16_scale = w->type == CLEF_DTYPE_Q8_0;
         p->i8.k8 = neon_dot && tg->i8mm; /* SMMLA's runs of 8 */
+        if (p->i8isa->isc && kquant)
+            p->i8.isc = w->type == CLEF_DTYPE_Q4_K ? 4 : w->type == CLEF_DTYPE_Q5_K ? 5 : 6;
         /* Q8_0 signed for TDPBSSD (the K-quants went to planes above on
          * amx), SDOT and the sign step of vpmaddubsw */
         p->i8.signed_q = w->type == CLEF_DTYPE_Q8_0 && (tg->amx || p->i8isa->signed_q);
@@ -576,6 +581,10 @@ void mm_transpose(const cpu_target *tg, int64_t rows, int64_t cols, const float 
 /* ---- portable helpers ---- */
 
 size_t mm_i8_group_bytes(const mm_i8_kind *kind, int64_t kc) {
+    if (kind->isc) { /* per 256: quants, nb scales, nb/2 min pairs, d, dmin */
+        const int nb = 256 / kind->bk;
+        return (size_t)(kc / 256) * (size_t)(256 * MM_I8_G + (nb + nb / 2 + 2) * MM_I8_G * 4);
+    }
     return (size_t)(kc / kind->bk) * (size_t)(kind->bk * MM_I8_G + 2 * MM_I8_G * (int)sizeof(float));
 }
 

@@ -40,6 +40,19 @@
  * block with one f32 scale dx, plus per weight block the m term: −off·Σq
  * (int32, symmetric types), or for Q4_K/Q5_K dx·Σq (f32; Σq when ab is 256,
  * as the tile then applies dx once per 256).
+ *
+ * Integer-scale K-quant panel (kind->isc: the K-quants on the vpmaddubsw
+ * tile).  Per group of 48 rows and per super-block of 256 k-values, with
+ * nb = 256/bk blocks:
+ *     u8 q[nb][bk/4][48][4]      the blocks' quants as above
+ *     i32 sc[nb][48]             block j's scale in both int16 halves
+ *     i32 mn[nb/2][48]           the mins of blocks 2c and 2c+1, an int16 pair
+ *     f32 d[48], f32 dmin[48]    W = d·sc·q − dmin·mn
+ * (Q6_K: its signed scales, and as the mins the scales again with
+ * dmin = 32·d, for W = d·sc·(q − 32)); and per weight block the
+ * activations' m term is the int16 pair (Σq of block 2c, Σq of block
+ * 2c+1) of its pair c, in both blocks' slots.  The tile's sums stay
+ * integers for a whole super-block.
  */
 #ifndef CLEF_KERNELS_SIMD_H
 #define CLEF_KERNELS_SIMD_H
@@ -85,6 +98,8 @@ typedef struct mm_i8_kind {
                            TDPBSSD: no offset term                          */
     bool k8;            /* i8mm: each row's quants in runs of 8 k (SMMLA's
                            operands), not 4: q[bk/8][48][8]                 */
+    int isc;            /* the K-quants as the integer-scale panel (above):
+                           the quants' bits, 4, 5 or 6; 0 for the others   */
 } mm_i8_kind;
 
 /* An int8 tile's views of its tokens' activations: row i's quants, scales
@@ -252,15 +267,17 @@ double amx_peak(int kind, int64_t iters);
  * sum, counted 4 operations, as a vpdpbusd lane's 4 products count 8);
  * 3: vpdpbusd on ymm, VEX (AVX-VNNI); 4: the same, EVEX (AVX512_VNNI+VL) */
 double avx2_peak(int kind, int64_t iters);
-/* avx512_act_i8's contract. */
+/* avx512_act_i8's contract, and the int16 pairs of the integer-scale
+ * panel where kind->isc. */
 void avx2_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
                  int8_t *q, float *dx, void *mb);
 /* avx512_i8_panel's contract on panels from mm_pack_i8_portable, on
- * vpmaddubsw (pf is not used).  Its int16 pair sums must not saturate:
- * Q8_0 (signed) multiplies |w| by x with w's sign (|Σ| ≤ 2·128·127); the
- * K-quants' unsigned quants (below 64) meet x as they are, and several
- * k-quads are summed in int16 before widening (Q4_K/Q5_K 4, Q6_K 2: at
- * most 4·2·31·127 and 2·2·63·127, below 2^15). */
+ * vpmaddubsw (pf is not used); the K-quants only as the integer-scale
+ * panel (kind->isc).  Its int16 pair sums must not saturate: Q8_0 (signed)
+ * multiplies |w| by x with w's sign (|Σ| ≤ 2·128·127); the K-quants'
+ * unsigned quants (below 64) meet x as they are, and several k-quads are
+ * summed in int16 before widening (Q4_K 8, Q5_K 4, Q6_K 2: at most
+ * 8·2·15·128, 4·2·31·128 and 2·2·63·128, below 2^15). */
 void avx2_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                    int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                    bool add, const mm_prefetch *pf);
@@ -349,11 +366,15 @@ void mm_round_bf16(const float *x, int64_t n, float *dst);
  * 64, the same bytes signed or not. */
 void mm_pack_i8_portable(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                          int64_t k0, int64_t kc, uint8_t *dst);
+/* The same, and the K-quants as the integer-scale panel where kind->isc. */
+void mm_pack_i8_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+                    int64_t k0, int64_t kc, uint8_t *dst);
 /* One block of n values (32 or 256) with one scale, llama.cpp's rule:
  * d = max|x|/127, q = x·(1/d) rounded to nearest even and saturated;
  * sums16[i] = Σq of values [16i, 16i+16).  Returns d. */
 typedef float (*mm_quant_block_fn)(const float *x, int n, int8_t *q, int32_t *sums16);
-/* avx512_act_i8's contract, block by block through `quant`. */
+/* avx512_act_i8's contract, block by block through `quant`; kind->isc:
+ * the m terms as the integer-scale panel's int16 pairs. */
 void mm_act_i8_by_blocks(mm_quant_block_fn quant, const mm_i8_kind *kind, const float *x,
                          int64_t in, int64_t t0, int64_t t1, int8_t *q, float *dx, void *mb);
 

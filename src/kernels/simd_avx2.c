@@ -3,7 +3,8 @@
  * dot-form f32 micro-kernel (3 tokens x 4 rows, 8 k per step), the
  * broadcast-form f32 GEMM (6 x 16), and the int8 path for quantized
  * weights (activations quantized as on avx512, the I8 groups packed with
- * Q8_0 signed, a 4-token x 16-row tile on vpmaddubsw).  16 vector
+ * Q8_0 signed and the K-quants with integer scales, 4-token x 16-row
+ * tiles on vpmaddubsw, or on the ymm vpdpbusd where it exists).  16 vector
  * registers: 12 accumulators in the f32 tiles.
  * Function target attributes keep the file buildable with baseline flags.
  */
@@ -353,21 +354,19 @@ INLINE T256 __m256i dpbusd256(const int dp, __m256i acc, __m256i u, __m256i s) {
     return acc;
 }
 
-/* tm tokens x 8·tv rows over nblk weight blocks, neon's i8_tile on
- * vpmaddubsw: per block the integer dots accumulate exactly (`run`
- * k-quads in int16, then widened by vpmaddwd; dp: one vpdpbusd per
- * k-quad instead, Q8_0 unsigned), then one f32 scale step
- * (nsb 1: f += isum·(s·dx); nsb > 1: g += isum·s [+ m·Σq], and per nsb
- * blocks fm += g·dx in memory).  sgn: the weights are signed (Q8_0), so
- * |w| meets x with w's sign, the unsigned x signed operand vpmaddubsw
- * takes.  corr: the m term, 0 none, 1 the integer −off·Σq added before
- * the dots (Q6_K), 2 f32 m·Σq (Q4_K, Q5_K).  B: the group at this tile's
- * first row. */
-INLINE T256 void i8_tile(const int dp, const int tm, const int tv, const int bk, const bool sgn,
-                         const int run, const int corr, const int nsb, int64_t nblk, const int8_t *A,
-                         int64_t lda, const float *dx, int64_t ldx, const void *mb, int64_t ldm,
-                         int mr, const uint8_t *B, size_t bbytes, int nc, float *C, int64_t ldc,
-                         bool add) {
+/* tm tokens x 8·tv rows over nblk weight blocks, neon's i8_tile: per
+ * block the integer dots accumulate exactly (dp: one vpdpbusd per k-quad,
+ * Q8_0 unsigned; vpmaddubsw: Q8_0 alone, signed, so |w| meets x with w's
+ * sign, the unsigned x signed operand it takes, then vpmaddwd widens),
+ * then one f32 scale step (nsb 1: f += isum·(s·dx); nsb > 1: g += isum·s
+ * [+ m·Σq], and per nsb blocks fm += g·dx in memory).  corr: the m term,
+ * 0 none, 1 the integer −off·Σq added before the dots (Q8_0 unsigned,
+ * Q6_K), 2 f32 m·Σq (Q4_K, Q5_K).  B: the group at this tile's first
+ * row. */
+INLINE T256 void i8_tile(const int dp, const int tm, const int tv, const int bk, const int corr,
+                         const int nsb, int64_t nblk, const int8_t *A, int64_t lda, const float *dx,
+                         int64_t ldx, const void *mb, int64_t ldm, int mr, const uint8_t *B,
+                         size_t bbytes, int nc, float *C, int64_t ldc, bool add) {
     const mm_i8_rows r = mm_i8_rows_at(mr, A, lda, dx, ldx, mb, ldm);
     const int8_t *const *a = r.a;
     const float *const *d = r.d, *const *mf = r.mf;
@@ -408,38 +407,26 @@ INLINE T256 void i8_tile(const int dp, const int tm, const int tv, const int bk,
         }
         if (dp == DP_MADDUBS)
 #pragma GCC unroll 8
-        for (int kq = 0; kq < bk / 4; kq += run) {
-            __m256i p[IM][2];
-#pragma GCC unroll 4
-            for (int u = 0; u < run; u++) {
+            for (int kq = 0; kq < bk / 4; kq++) {
                 __m256i w[2], wu[2];
 #pragma GCC unroll 2
                 for (int v = 0; v < tv; v++) {
-                    w[v] = _mm256_loadu_si256((const __m256i *)(bp + (size_t)(kq + u) * 4 * IG + 32 * v));
-                    wu[v] = sgn ? _mm256_abs_epi8(w[v]) : w[v];
+                    w[v] = _mm256_loadu_si256((const __m256i *)(bp + (size_t)kq * 4 * IG + 32 * v));
+                    wu[v] = _mm256_abs_epi8(w[v]);
                 }
 #pragma GCC unroll 4
                 for (int i = 0; i < tm; i++) {
-                    const __m256i xb = bcast4(a[i] + b * bk + 4 * (kq + u));
+                    const __m256i xb = bcast4(a[i] + b * bk + 4 * kq);
 #pragma GCC unroll 2
                     for (int v = 0; v < tv; v++) {
-                        const __m256i xs = sgn ? _mm256_sign_epi8(xb, w[v]) : xb;
-                        const __m256i pr = _mm256_maddubs_epi16(wu[v], xs);
-                        p[i][v] = u == 0 ? pr : _mm256_add_epi16(p[i][v], pr);
-                        __asm__("" : "+x"(p[i][v])); /* chains, not trees (below) */
+                        const __m256i pr = _mm256_maddubs_epi16(wu[v], _mm256_sign_epi8(xb, w[v]));
+                        acc[i][v] = _mm256_add_epi32(acc[i][v], _mm256_madd_epi16(pr, ones));
+                        /* a chain per output: GCC would otherwise reassociate
+                         * the block's adds into a tree and spill its leaves */
+                        __asm__("" : "+x"(acc[i][v]));
                     }
                 }
             }
-#pragma GCC unroll 4
-            for (int i = 0; i < tm; i++)
-#pragma GCC unroll 2
-                for (int v = 0; v < tv; v++) {
-                    acc[i][v] = _mm256_add_epi32(acc[i][v], _mm256_madd_epi16(p[i][v], ones));
-                    /* a chain per output: GCC would otherwise reassociate
-                     * the block's adds into a tree and spill its leaves */
-                    __asm__("" : "+x"(acc[i][v]));
-                }
-        }
         const float *s = (const float *)(bp + (size_t)bk * IG), *m = s + IG;
 #pragma GCC unroll 4
         for (int i = 0; i < tm; i++)
@@ -476,6 +463,106 @@ INLINE T256 void i8_tile(const int dp, const int tm, const int tv, const int bk,
     }
 }
 
+/* One block of the integer-scale tile: its bk/4 k-quads' products summed
+ * in int16, `run` at a time, then vpmaddwd by the block's scales sc (the
+ * int16 pair (s, s) per row) into the super-block's int32 sums. */
+INLINE T256 void isc_block(const int tm, const int tv, const int bk, const int run,
+                           const uint8_t *bp, const int32_t *sc, const int8_t *const *a, int64_t k,
+                           __m256i acc[IM][2]) {
+#pragma GCC unroll 4
+    for (int kq = 0; kq < bk / 4; kq += run) {
+        __m256i p[IM][2];
+#pragma GCC unroll 8
+        for (int u = 0; u < run; u++) {
+            __m256i w[2];
+#pragma GCC unroll 2
+            for (int v = 0; v < tv; v++)
+                w[v] = _mm256_loadu_si256((const __m256i *)(bp + (size_t)(kq + u) * 4 * IG + 32 * v));
+#pragma GCC unroll 4
+            for (int i = 0; i < tm; i++) {
+                const __m256i xb = bcast4(a[i] + k + 4 * (kq + u));
+#pragma GCC unroll 2
+                for (int v = 0; v < tv; v++) {
+                    const __m256i pr = _mm256_maddubs_epi16(w[v], xb);
+                    p[i][v] = u == 0 ? pr : _mm256_add_epi16(p[i][v], pr);
+                    __asm__("" : "+x"(p[i][v])); /* chains, not trees */
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int v = 0; v < tv; v++) {
+            const __m256i s = _mm256_loadu_si256((const __m256i *)(sc + 8 * v));
+#pragma GCC unroll 4
+            for (int i = 0; i < tm; i++)
+                acc[i][v] = _mm256_add_epi32(acc[i][v], _mm256_madd_epi16(p[i][v], s));
+        }
+    }
+}
+
+/* The K-quants on the integer-scale panel (kind->isc, kernels/simd.h): tm
+ * tokens x 8·tv rows over nblk blocks of bk.  The sums stay exact integers
+ * for a whole super-block, the mins' term too (vpmaddwd of the min pairs
+ * by the activations' block-sum pairs), so each super-block takes one f32
+ * step: f += dx·(d·Σ sc·q·x − dmin·Σ mn·Σx).  B: the group at this tile's
+ * first row, 256/bk·bbytes bytes per super-block. */
+INLINE T256 void isc_tile(const int tm, const int tv, const int bk, const int run, int64_t nblk,
+                          const int8_t *A, int64_t lda, const float *dx, int64_t ldx,
+                          const void *mb, int64_t ldm, int mr, const uint8_t *B, size_t bbytes,
+                          int nc, float *C, int64_t ldc, bool add) {
+    const int nb = 256 / bk;
+    /* the rows' activations alone live through the blocks: with the scale
+     * and m pointers of mm_i8_rows too, GCC kept them in memory */
+    const int8_t *a[IM];
+#pragma GCC unroll 4
+    for (int i = 0; i < tm; i++) a[i] = A + (i < mr ? i : mr - 1) * lda;
+    __m256 f[IM][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < tm; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < tv; v++) f[i][v] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nblk / nb; sb++) {
+        const uint8_t *sp = B + (size_t)(sb * nb) * bbytes;
+        const int32_t *sc = (const int32_t *)(sp + 256 * IG), *mn = sc + nb * IG;
+        const float *d = (const float *)(mn + nb / 2 * IG), *dmin = d + IG;
+        __m256i acc[IM][2];
+#pragma GCC unroll 4
+        for (int i = 0; i < tm; i++)
+#pragma GCC unroll 2
+            for (int v = 0; v < tv; v++) acc[i][v] = _mm256_setzero_si256();
+        for (int j = 0; j < nb; j++)
+            isc_block(tm, tv, bk, run, sp + (size_t)(j * bk) * IG, sc + j * IG, a,
+                      256 * sb + bk * j, acc);
+#pragma GCC unroll 4
+        for (int i = 0; i < tm; i++) {
+            const int64_t row = i < mr ? i : mr - 1;
+            const int32_t *bs = (const int32_t *)mb + row * ldm + nb * sb; /* pair c in slot 2c */
+            const __m256 dv = _mm256_set1_ps(dx[row * ldx + sb]);
+#pragma GCC unroll 2
+            for (int v = 0; v < tv; v++) {
+                __m256i m = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int c = 0; c < nb / 2; c++)
+                    m = _mm256_add_epi32(m, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(mn + c * IG + 8 * v)),
+                                                              _mm256_set1_epi32(bs[2 * c])));
+                const __m256 dm = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_loadu_ps(dmin + 8 * v));
+                const __m256 t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(acc[i][v]), _mm256_loadu_ps(d + 8 * v), dm);
+                f[i][v] = _mm256_fmadd_ps(t, dv, f[i][v]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < tm; i++) {
+        if (i >= mr) break;
+#pragma GCC unroll 2
+        for (int v = 0; v < tv; v++) {
+            float *p = C + i * ldc + 8 * v;
+            __m256 o = f[i][v];
+            if (add) o = _mm256_add_ps(o, ld8(p, nc - 8 * v));
+            st8(p, nc - 8 * v, o);
+        }
+    }
+}
+
 /* 4 tokens x 16 rows: against 4 x 8, 2 x 16 and 3 x 16, the K-quants 10-15%
  * faster, Q8_0 the same (one thread, 1024 -> 3584 over 512 tokens, Zen 4) */
 enum { TM = 4, TV = 2 };
@@ -483,30 +570,38 @@ enum { TM = 4, TV = 2 };
     const void *mb, int64_t ldm, int mr, const uint8_t *B, size_t bbytes, int nc, float *C,    \
     int64_t ldc, bool add
 #define I8_TILE_PASS nblk, A, lda, dx, ldx, mb, ldm, mr, B, bbytes, nc, C, ldc, add
-/* Q8_0 (signed, per-32 activations); Q4_K / Q5_K and Q6_K (per 256).  On
- * vpdpbusd (sfx _vex, _evex) Q8_0 is unsigned, with the integer −128·Σq
- * correction, and every k-quad is one instruction. */
-#define I8_TILES(dp, sfx, q8_sgn, q8_corr, q45_run, q6_run)                                  \
-    T256 static void i8_tile_q8##sfx(I8_TILE_ARGS) {                                         \
-        i8_tile(dp, TM, TV, 32, q8_sgn, 1, q8_corr, 1, I8_TILE_PASS);                        \
-    }                                                                                        \
-    T256 static void i8_tile_q45##sfx(I8_TILE_ARGS) {                                        \
-        i8_tile(dp, TM, TV, 32, false, q45_run, 2, 8, I8_TILE_PASS);                         \
-    }                                                                                        \
-    T256 static void i8_tile_q6##sfx(I8_TILE_ARGS) {                                         \
-        i8_tile(dp, TM, TV, 16, false, q6_run, 1, 16, I8_TILE_PASS);                         \
-    }
-I8_TILES(DP_MADDUBS, , true, 0, 4, 2)
-I8_TILES(DP_VEX, _vex, false, 1, 1, 1)
-I8_TILES(DP_EVEX, _evex, false, 1, 1, 1)
-
 typedef void (*i8_tile_fn)(I8_TILE_ARGS);
 
-/* The panel as tiles of one kind: q8 (Q8_0), q45 (Q4_K, Q5_K), q6 (Q6_K). */
-T256 static void i8_panel(i8_tile_fn q8, i8_tile_fn q45, i8_tile_fn q6, const mm_i8_kind *kind,
-                          const mm_i8_act *a, int64_t T, int64_t k0, int64_t kc,
-                          const uint8_t *panel, int64_t np, float *y, int64_t ldy, bool add) {
-    i8_tile_fn tile = kind->bk == 16 ? q6 : kind->sym ? q8 : q45;
+/* vpmaddubsw: Q8_0 signed (per-32 activations); the K-quants on the
+ * integer-scale panel, Q4_K's 8 k-quads in int16 at once, Q5_K's 4, Q6_K's 2 */
+T256 static void i8_tile_q8(I8_TILE_ARGS) { i8_tile(DP_MADDUBS, TM, TV, 32, 0, 1, I8_TILE_PASS); }
+T256 static void isc_tile_q4(I8_TILE_ARGS) { isc_tile(TM, TV, 32, 8, I8_TILE_PASS); }
+T256 static void isc_tile_q5(I8_TILE_ARGS) { isc_tile(TM, TV, 32, 4, I8_TILE_PASS); }
+T256 static void isc_tile_q6(I8_TILE_ARGS) { isc_tile(TM, TV, 16, 2, I8_TILE_PASS); }
+
+/* vpdpbusd (sfx _vex, _evex), every k-quad one instruction: Q8_0 unsigned
+ * with the integer −128·Σq correction, Q4_K / Q5_K and Q6_K (per 256) with
+ * f32 scales per block. */
+#define I8_VNNI_TILES(dp, sfx)                                                                \
+    T256 static void i8_tile_q8##sfx(I8_TILE_ARGS) {                                         \
+        i8_tile(dp, TM, TV, 32, 1, 1, I8_TILE_PASS);                                         \
+    }                                                                                        \
+    T256 static void i8_tile_q45##sfx(I8_TILE_ARGS) {                                        \
+        i8_tile(dp, TM, TV, 32, 2, 8, I8_TILE_PASS);                                         \
+    }                                                                                        \
+    T256 static void i8_tile_q6##sfx(I8_TILE_ARGS) {                                         \
+        i8_tile(dp, TM, TV, 16, 1, 16, I8_TILE_PASS);                                        \
+    }                                                                                        \
+    T256 static i8_tile_fn i8_pick##sfx(const mm_i8_kind *kind) {                            \
+        return kind->bk == 16 ? i8_tile_q6##sfx : kind->sym ? i8_tile_q8##sfx : i8_tile_q45##sfx; \
+    }
+I8_VNNI_TILES(DP_VEX, _vex)
+I8_VNNI_TILES(DP_EVEX, _evex)
+
+/* The panel as tiles of one kind. */
+T256 static void i8_panel(i8_tile_fn tile, const mm_i8_kind *kind, const mm_i8_act *a, int64_t T,
+                          int64_t k0, int64_t kc, const uint8_t *panel, int64_t np, float *y,
+                          int64_t ldy, bool add) {
     const int64_t nblk = kc / kind->bk, ldx = a->ld / kind->ab, ldm = a->ld / kind->bk;
     const size_t gbytes = mm_i8_group_bytes(kind, kc), bbytes = gbytes / (size_t)nblk;
     for (int64_t t = 0; t < T; t += TM) {
@@ -530,23 +625,23 @@ T256 void avx2_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, i
                         int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                         bool add, const mm_prefetch *pf) {
     (void)pf;
-    i8_panel(i8_tile_q8, i8_tile_q45, i8_tile_q6, kind, a, T, k0, kc, panel, np, y, ldy, add);
+    static const i8_tile_fn isc[3] = {isc_tile_q4, isc_tile_q5, isc_tile_q6};
+    i8_panel(kind->isc ? isc[kind->isc - 4] : i8_tile_q8, kind, a, T, k0, kc, panel, np, y, ldy,
+             add);
 }
 
 T256 void avx2_vnni_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                              int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                              bool add, const mm_prefetch *pf) {
     (void)pf;
-    i8_panel(i8_tile_q8_vex, i8_tile_q45_vex, i8_tile_q6_vex, kind, a, T, k0, kc, panel, np, y,
-             ldy, add);
+    i8_panel(i8_pick_vex(kind), kind, a, T, k0, kc, panel, np, y, ldy, add);
 }
 
 T256 void avx2_vnni_evex_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T,
                                   int64_t k0, int64_t kc, const uint8_t *panel, int64_t np,
                                   float *y, int64_t ldy, bool add, const mm_prefetch *pf) {
     (void)pf;
-    i8_panel(i8_tile_q8_evex, i8_tile_q45_evex, i8_tile_q6_evex, kind, a, T, k0, kc, panel, np,
-             y, ldy, add);
+    i8_panel(i8_pick_evex(kind), kind, a, T, k0, kc, panel, np, y, ldy, add);
 }
 
 /* ==== peak loop ================================================================= */
