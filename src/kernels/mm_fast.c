@@ -51,7 +51,7 @@ typedef struct mm_i8_isa {
                   const mm_prefetch *pf);
     bool prefetch; /* the panel brings the next stored rows into L2 */
     bool signed_q; /* its packer keeps Q8_0 signed */
-    bool isc;      /* Q4_K/Q5_K as the integer-scale panel (kernels/simd.h) */
+    bool isc;      /* the K-quants as the integer-scale panel (kernels/simd.h) */
 } mm_i8_isa;
 
 static const mm_i8_isa I8_AVX512 = {avx512_act_i8, avx512_pack_i8, avx512_i8_panel, true, false,
