@@ -166,18 +166,18 @@ static int usable_targets(path_case *out) {
 
 /* ---- matmul ---- */
 
-static void check_one(const path_case *pc, uint32_t type, int64_t in, int64_t out, int64_t T,
-                      tp_pool *pool3) {
-    size_t rb;
-    uint8_t *wd = make_weight(type, in, out, &rb);
+/* The product of the rows wd (rb bytes each) and x on one path, with one
+ * thread and with three, against the double product of the dequantized
+ * rows and the activations the path's precision specifies. */
+static void check_product(const path_case *pc, uint32_t type, uint8_t *wd, size_t rb,
+                          const float *x, int64_t in, int64_t out, int64_t T, tp_pool *pool3) {
     mm_weight w;
     assert_true(mm_weight_init(&w, type, wd, in, out));
     const char *prec = mm_precision(&pc->tg, &w);
-    float *x = malloc((size_t)(T * in) * sizeof *x), *xs = malloc((size_t)(T * in) * sizeof *xs);
+    float *xs = malloc((size_t)(T * in) * sizeof *xs);
     float *slack = malloc((size_t)(T * in) * sizeof *slack);
     float *y1 = malloc((size_t)(T * out) * sizeof *y1), *y3 = malloc((size_t)(T * out) * sizeof *y3);
     float *row = malloc((size_t)in * sizeof *row);
-    for (int64_t i = 0; i < T * in; i++) x[i] = rnd_uniform(-1, 1) * (i % 97 == 0 ? 8.0f : 1.0f);
     for (int64_t t = 0; t < T; t++) {
         const float *xt = x + t * in;
         if (!strcmp(prec, "int8")) {
@@ -220,13 +220,51 @@ static void check_one(const path_case *pc, uint32_t type, int64_t in, int64_t ou
     printf("[simd] %-26s %-4s [%4lld -> %3lld] T=%-3lld %-4s max |d|/sum|xw| %.3g\n", pc->label,
            clef_dtype_get(type)->name, (long long)in, (long long)out, (long long)T, prec, worst);
     mm_workspace_free(&ws);
-    free(wd);
-    free(x);
     free(xs);
     free(slack);
     free(y1);
     free(y3);
     free(row);
+}
+
+static void check_one(const path_case *pc, uint32_t type, int64_t in, int64_t out, int64_t T,
+                      tp_pool *pool3) {
+    size_t rb;
+    uint8_t *wd = make_weight(type, in, out, &rb);
+    float *x = malloc((size_t)(T * in) * sizeof *x);
+    for (int64_t i = 0; i < T * in; i++) x[i] = rnd_uniform(-1, 1) * (i % 97 == 0 ? 8.0f : 1.0f);
+    check_product(pc, type, wd, rb, x, in, out, T, pool3);
+    free(wd);
+    free(x);
+}
+
+/* The int16 sums' worst case: every quant and scale at its largest
+ * magnitude (bytes 0xff; Q6_K scales −128, Q8_0 quants −128) and every
+ * activation ±1, so each quantizes to ±127 and all products of a run have
+ * one sign.  A saturating sum would be far from the reference. */
+static void check_extreme(const path_case *pc, uint32_t type, float xv, tp_pool *pool3) {
+    const int64_t in = 512, out = 37, T = 6;
+    size_t rb;
+    uint8_t *wd = make_weight(type, in, out, &rb); /* for its d fields */
+    const clef_dtype_info *info = clef_dtype_get(type);
+    for (int64_t b = 0; b < out * in / (int64_t)info->block_size; b++) {
+        uint8_t *blk = wd + (size_t)b * info->type_size;
+        switch (type) {
+        case CLEF_DTYPE_Q8_0: memset(blk + 2, 0x80, 32); break;
+        case CLEF_DTYPE_Q4_K:
+        case CLEF_DTYPE_Q5_K: memset(blk + 4, 0xff, info->type_size - 4); break;
+        case CLEF_DTYPE_Q6_K:
+            memset(blk, 0xff, 192);
+            memset(blk + 192, 0x80, 16);
+            break;
+        default: fail_msg("no extreme weights for type %u", type);
+        }
+    }
+    float *x = malloc((size_t)(T * in) * sizeof *x);
+    for (int64_t i = 0; i < T * in; i++) x[i] = xv;
+    check_product(pc, type, wd, rb, x, in, out, T, pool3);
+    free(wd);
+    free(x);
 }
 
 /* 16-bit float weights marked f32_act (the decision head's): on every path
@@ -292,6 +330,12 @@ static void test_matmul_paths(void **state) {
          * k blocks of 1024 then 512, both 16-row subgroups and a 6-row tail */
         check_one(&pcs[p], CLEF_DTYPE_Q4_K, 2560, 70, 45, pool);
         check_one(&pcs[p], CLEF_DTYPE_Q5_K, 512, 33, 600, pool);
+        const uint32_t i8types[] = {CLEF_DTYPE_Q8_0, CLEF_DTYPE_Q4_K, CLEF_DTYPE_Q5_K,
+                                    CLEF_DTYPE_Q6_K};
+        for (size_t i = 0; i < sizeof i8types / sizeof i8types[0]; i++) {
+            check_extreme(&pcs[p], i8types[i], 1.0f, pool);
+            check_extreme(&pcs[p], i8types[i], -1.0f, pool);
+        }
         /* f32_act: k tails (77, 1033), a k block boundary, 1 to 14 tokens */
         const uint32_t w16[2] = {CLEF_DTYPE_BF16, CLEF_DTYPE_F16};
         for (int i = 0; i < 2; i++) {
