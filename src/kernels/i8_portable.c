@@ -3,8 +3,8 @@
  * path (kernels/simd.h): the I8 group packer for Q8_0 and the K-quants,
  * and the per-block bookkeeping of the activation quantizer.  The NEON
  * (SDOT) and AVX2 (vpmaddubsw, AVX-VNNI) paths share them; the AVX-512
- * path has its own vectorised versions.  Also the integer-scale K-quant
- * panel of the AVX2 vpmaddubsw tile.
+ * path has its own vectorised versions.  Also the scales of the
+ * integer-scale K-quant panel (the AVX2 vpmaddubsw tile's).
  */
 #include <string.h>
 
@@ -84,50 +84,19 @@ INLINE void pack_kquant(const int kw, const mm_i8_kind *kind, const mm_weight *w
         }
 }
 
-/* K-quant rows as the integer-scale panel (kernels/simd.h): per
- * super-block the nb blocks' quants in runs of 4, then the scales, the
- * mins in pairs (Q6_K: the scales in pairs), d and dmin (Q6_K: 32·d). */
-static void pack_kquant_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
-                            int64_t k0, int64_t kc, uint8_t *dst) {
-    const int bk = kind->bk, nb = 256 / bk;
-    const bool q6 = bk == 16;
-    const int64_t nsb = kc / 256, groups = (np + IG - 1) / IG;
-    const size_t sbytes = mm_i8_group_bytes(kind, 256);
-    const size_t tsz = clef_dtype_get(w->type)->type_size;
-    clef_kq_parts k;
-    for (int64_t g = 0; g < groups; g++)
-        for (int i = 0; i < IG; i++) {
-            const int64_t row = g * IG + i;
-            const bool live = row < np;
-            const uint8_t *src = live ? (const uint8_t *)w->data + (size_t)(r0 + row) * w->row_bytes +
-                                            (size_t)(k0 / 256) * tsz
-                                      : NULL;
-            for (int64_t sb = 0; sb < nsb; sb++) {
-                if (live) clef_kq_unpack(w->type, src + sb * tsz, &k);
-                else memset(&k, 0, sizeof k);
-                uint8_t *sp = dst + (size_t)(g * nsb + sb) * sbytes;
-                uint32_t *sc = (uint32_t *)(sp + 256 * IG), *mn = sc + nb * IG;
-                float *d = (float *)(mn + nb / 2 * IG);
-                for (int j = 0; j < nb; j++) {
-                    for (int r = 0; r < bk / 4; r++)
-                        memcpy(run_at(sp + (size_t)j * bk * IG, 4, r, i), k.q + bk * j + 4 * r, 4);
-                    sc[j * IG + i] = (uint32_t)(uint16_t)k.sc[j] * 0x10001u;
-                }
-                for (int c = 0; c < nb / 2; c++) {
-                    const int lo = q6 ? k.sc[2 * c] : k.mn[2 * c];
-                    const int hi = q6 ? k.sc[2 * c + 1] : k.mn[2 * c + 1];
-                    mn[c * IG + i] = (uint16_t)lo | (uint32_t)(uint16_t)hi << 16;
-                }
-                d[i] = k.d;
-                d[IG + i] = q6 ? 32.0f * k.d : k.dmin;
-            }
-        }
-}
-
-void mm_pack_i8_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
-                    int64_t k0, int64_t kc, uint8_t *dst) {
-    if (kind->isc) pack_kquant_isc(kind, w, r0, np, k0, kc, dst);
-    else mm_pack_i8_portable(kind, w, r0, np, k0, kc, dst);
+void mm_isc_put_scales(const mm_i8_kind *kind, const clef_kq_parts *k, uint8_t *sp, int i) {
+    const int nb = 256 / kind->bk;
+    const bool q6 = kind->bk == 16;
+    uint32_t *sc = (uint32_t *)(sp + 256 * IG), *mn = sc + nb * IG;
+    float *d = (float *)(mn + nb / 2 * IG);
+    for (int j = 0; j < nb; j++) sc[j * IG + i] = (uint32_t)(uint16_t)k->sc[j] * 0x10001u;
+    for (int c = 0; c < nb / 2; c++) {
+        const int lo = q6 ? k->sc[2 * c] : k->mn[2 * c];
+        const int hi = q6 ? k->sc[2 * c + 1] : k->mn[2 * c + 1];
+        mn[c * IG + i] = (uint16_t)lo | (uint32_t)(uint16_t)hi << 16;
+    }
+    d[i] = k->d;
+    d[IG + i] = q6 ? 32.0f * k->d : k->dmin;
 }
 
 void mm_pack_i8_portable(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,

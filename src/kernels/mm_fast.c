@@ -56,7 +56,7 @@ typedef struct mm_i8_isa {
 
 static const mm_i8_isa I8_AVX512 = {avx512_act_i8, avx512_pack_i8, avx512_i8_panel, true, false,
                                     false};
-static const mm_i8_isa I8_AVX2 = {avx2_act_i8, mm_pack_i8_isc, avx2_i8_panel, false, true, true};
+static const mm_i8_isa I8_AVX2 = {avx2_act_i8, avx2_pack_i8, avx2_i8_panel, true, true, true};
 static const mm_i8_isa I8_AVX2_VNNI = {avx2_act_i8, mm_pack_i8_portable, avx2_vnni_i8_panel, false,
                                        false, false};
 static const mm_i8_isa I8_AVX2_VNNI_EVEX = {avx2_act_i8, mm_pack_i8_portable,

@@ -173,6 +173,32 @@ typedef struct mm_prefetch {
     int64_t seg, stride, rows;
 } mm_prefetch;
 
+/* A cursor over an mm_prefetch's lines, per_step lines a step: a panel
+ * spreads them over its `steps` (tile calls, or their weight blocks). */
+typedef struct mm_pf_cursor {
+    mm_prefetch at;
+    int64_t off;
+    int per_step;
+} mm_pf_cursor;
+
+static inline mm_pf_cursor mm_pf_start(const mm_prefetch *next, int64_t steps) {
+    if (!next || next->rows <= 0 || steps <= 0) return (mm_pf_cursor){{0}, 0, 0};
+    const int64_t lines = next->rows * ((next->seg + 63) / 64);
+    return (mm_pf_cursor){*next, 0, (int)((lines + steps - 1) / steps)};
+}
+
+/* The next per_step lines into L2 (prefetcht1 on x86). */
+static inline void mm_pf_step(mm_pf_cursor *c) {
+    for (int i = 0; i < c->per_step && c->at.rows > 0; i++) {
+        __builtin_prefetch(c->at.row + c->off, 0, 2);
+        if ((c->off += 64) >= c->at.seg) {
+            c->off = 0;
+            c->at.row += c->at.stride;
+            c->at.rows--;
+        }
+    }
+}
+
 /* Packed panel times tokens [0, T): y[t·ldy + r] (=, +=), r in [0, np);
  * pf (may be NULL) is prefetched a little per weight block on the way. */
 void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
@@ -267,13 +293,17 @@ double amx_peak(int kind, int64_t iters);
  * sum, counted 4 operations, as a vpdpbusd lane's 4 products count 8);
  * 3: vpdpbusd on ymm, VEX (AVX-VNNI); 4: the same, EVEX (AVX512_VNNI+VL) */
 double avx2_peak(int kind, int64_t iters);
+/* mm_pack_i8_portable's contract, and the K-quants as the integer-scale
+ * panel where kind->isc. */
+void avx2_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np, int64_t k0,
+                  int64_t kc, uint8_t *dst);
 /* avx512_act_i8's contract, and the int16 pairs of the integer-scale
  * panel where kind->isc. */
 void avx2_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
                  int8_t *q, float *dx, void *mb);
-/* avx512_i8_panel's contract on panels from mm_pack_i8_isc, on vpmaddubsw
- * (pf is not used); the K-quants only as the integer-scale panel
- * (kind->isc).  Its int16 pair sums must not saturate: Q8_0 (signed)
+/* avx512_i8_panel's contract on panels from avx2_pack_i8, on vpmaddubsw
+ * (pf prefetched a few lines per tile call); the K-quants only as the
+ * integer-scale panel (kind->isc).  Its int16 pair sums must not saturate: Q8_0 (signed)
  * multiplies |w| by x with w's sign (|Σ| ≤ 2·128·127); the K-quants'
  * unsigned quants (below 64) meet x as they are, and several k-quads are
  * summed in int16 before vpmaddwd by the scale (Q4_K 8, Q5_K 4, Q6_K 2: at
@@ -367,9 +397,10 @@ void mm_round_bf16(const float *x, int64_t n, float *dst);
  * 64, the same bytes signed or not. */
 void mm_pack_i8_portable(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                          int64_t k0, int64_t kc, uint8_t *dst);
-/* The same, and the K-quants as the integer-scale panel where kind->isc. */
-void mm_pack_i8_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
-                    int64_t k0, int64_t kc, uint8_t *dst);
+/* Row i's scales, mins, d and dmin (clef_kq_unpack's k) into the
+ * integer-scale panel's super-block at sp. */
+struct clef_kq_parts;
+void mm_isc_put_scales(const mm_i8_kind *kind, const struct clef_kq_parts *k, uint8_t *sp, int i);
 /* One block of n values (32 or 256) with one scale, llama.cpp's rule:
  * d = max|x|/127, q = x·(1/d) rounded to nearest even and saturated;
  * sums16[i] = Σq of values [16i, 16i+16).  Returns d. */

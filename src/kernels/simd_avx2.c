@@ -12,6 +12,10 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "kernels/dequant.h"
+#include "kernels/kquant_x86.h"
+#include "kernels/transpose_x86.h"
 #include <math.h>
 #include <string.h>
 
@@ -333,6 +337,58 @@ void avx2_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0,
     mm_act_i8_by_blocks(quant_block, kind, x, in, t0, t1, q, dx, mb);
 }
 
+/* mm_pack_i8_isc on ymm: 8 rows at a time, each row's runs of 32 quants
+ * read as bytes (kernels/kquant_x86.h) and transposed to the panel's
+ * [k-quad][48][4] order, the scales row by row (clef_kq_unpack_scales). */
+T256 static void pack_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+                          int64_t k0, int64_t kc, uint8_t *dst) {
+    const int64_t nsb = kc / 256, groups = (np + IG - 1) / IG;
+    const size_t sbytes = mm_i8_group_bytes(kind, 256);
+    const size_t tsz = clef_dtype_get(w->type)->type_size;
+    for (int64_t g = 0; g < groups; g++)
+        for (int i0 = 0; i0 < IG; i0 += 8) {
+            const uint8_t *rows[8];
+            for (int i = 0; i < 8; i++) {
+                const int64_t row = g * IG + i0 + i;
+                rows[i] = row < np ? (const uint8_t *)w->data + (size_t)(r0 + row) * w->row_bytes +
+                                         (size_t)(k0 / 256) * tsz
+                                   : NULL;
+            }
+            for (int64_t sb = 0; sb < nsb; sb++) {
+                uint8_t *sp = dst + (size_t)(g * nsb + sb) * sbytes;
+                for (int c = 0; c < 4; c++) { /* runs 2c and 2c+1 of 32 quants */
+                    __m256i q[2][8];
+                    for (int i = 0; i < 8; i++) {
+                        __m256i two[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+                        const uint8_t *blk = rows[i] ? rows[i] + sb * tsz : NULL;
+                        if (blk && kind->isc == 6) kq_quants6(blk, c, 0, two);
+                        else if (blk) kq_quants45(kind->isc == 5, blk, c, two);
+                        q[0][i] = two[0];
+                        q[1][i] = two[1];
+                    }
+                    for (int h = 0; h < 2; h++) { /* k-quads 8·(2c+h) .. +7 */
+                        x86_transpose8x8(q[h]);
+                        for (int u = 0; u < 8; u++)
+                            _mm256_storeu_si256((__m256i *)(sp + ((size_t)(8 * (2 * c + h) + u) * IG + i0) * 4),
+                                                q[h][u]);
+                    }
+                }
+                for (int i = 0; i < 8; i++) {
+                    clef_kq_parts k; /* no initializer: a rep stos of all of it cost 44% */
+                    if (rows[i]) clef_kq_unpack_scales(w->type, rows[i] + sb * tsz, &k);
+                    else memset(&k, 0, sizeof k);
+                    mm_isc_put_scales(kind, &k, sp, i0 + i);
+                }
+            }
+        }
+}
+
+void avx2_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np, int64_t k0,
+                  int64_t kc, uint8_t *dst) {
+    if (kind->isc) pack_isc(kind, w, r0, np, k0, kc, dst);
+    else mm_pack_i8_portable(kind, w, r0, np, k0, kc, dst);
+}
+
 /* The 4 activation bytes at p in every dword. */
 INLINE T256 __m256i bcast4(const int8_t *p) {
     int32_t v;
@@ -598,12 +654,14 @@ T256 static void isc_tile_q6(I8_TILE_ARGS) { isc_tile(TM, TV, 16, 2, I8_TILE_PAS
 I8_VNNI_TILES(DP_VEX, _vex)
 I8_VNNI_TILES(DP_EVEX, _evex)
 
-/* The panel as tiles of one kind. */
+/* The panel as tiles of one kind; the stored rows at next (may be NULL)
+ * brought into L2 a few lines per tile call. */
 T256 static void i8_panel(i8_tile_fn tile, const mm_i8_kind *kind, const mm_i8_act *a, int64_t T,
                           int64_t k0, int64_t kc, const uint8_t *panel, int64_t np, float *y,
-                          int64_t ldy, bool add) {
+                          int64_t ldy, bool add, const mm_prefetch *next) {
     const int64_t nblk = kc / kind->bk, ldx = a->ld / kind->ab, ldm = a->ld / kind->bk;
     const size_t gbytes = mm_i8_group_bytes(kind, kc), bbytes = gbytes / (size_t)nblk;
+    mm_pf_cursor pf = mm_pf_start(next, (T + TM - 1) / TM * ((np + 8 * TV - 1) / (8 * TV)));
     for (int64_t t = 0; t < T; t += TM) {
         const int mr = (int)(T - t < TM ? T - t : TM);
         const int8_t *A = a->q + t * a->ld + k0;
@@ -613,6 +671,7 @@ T256 static void i8_panel(i8_tile_fn tile, const mm_i8_kind *kind, const mm_i8_a
             const int64_t rows = np - g * IG < IG ? np - g * IG : IG;
             for (int c0 = 0; c0 < rows; c0 += 8 * TV) {
                 const int nc = (int)(rows - c0 < 8 * TV ? rows - c0 : 8 * TV);
+                mm_pf_step(&pf);
                 tile(nblk, A, a->ld, dx, ldx, mb, ldm, mr, panel + g * gbytes + 4 * (size_t)c0,
                      bbytes, nc, y + t * ldy + g * IG + c0, ldy, add);
             }
@@ -620,28 +679,24 @@ T256 static void i8_panel(i8_tile_fn tile, const mm_i8_kind *kind, const mm_i8_a
     }
 }
 
-/* pf is not used: the hardware prefetcher's */
 T256 void avx2_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                         int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                         bool add, const mm_prefetch *pf) {
-    (void)pf;
     static const i8_tile_fn isc[3] = {isc_tile_q4, isc_tile_q5, isc_tile_q6};
     i8_panel(kind->isc ? isc[kind->isc - 4] : i8_tile_q8, kind, a, T, k0, kc, panel, np, y, ldy,
-             add);
+             add, pf);
 }
 
 T256 void avx2_vnni_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                              int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                              bool add, const mm_prefetch *pf) {
-    (void)pf;
-    i8_panel(i8_pick_vex(kind), kind, a, T, k0, kc, panel, np, y, ldy, add);
+    i8_panel(i8_pick_vex(kind), kind, a, T, k0, kc, panel, np, y, ldy, add, pf);
 }
 
 T256 void avx2_vnni_evex_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T,
                                   int64_t k0, int64_t kc, const uint8_t *panel, int64_t np,
                                   float *y, int64_t ldy, bool add, const mm_prefetch *pf) {
-    (void)pf;
-    i8_panel(i8_pick_evex(kind), kind, a, T, k0, kc, panel, np, y, ldy, add);
+    i8_panel(i8_pick_evex(kind), kind, a, T, k0, kc, panel, np, y, ldy, add, pf);
 }
 
 /* ==== peak loop ================================================================= */
@@ -721,6 +776,8 @@ void avx2_l2norm(float *x, int64_t n, int64_t rows, float eps) {}
 double avx2_peak(int kind, int64_t iters) { return 0; }
 void avx2_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
                  int8_t *q, float *dx, void *mb) {}
+void avx2_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np, int64_t k0,
+                  int64_t kc, uint8_t *dst) {}
 void avx2_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                    int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                    bool add, const mm_prefetch *pf) {}

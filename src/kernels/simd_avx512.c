@@ -554,25 +554,6 @@ T512 void avx512_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int6
 
 enum { IM = MM_I8_RM, IG = MM_I8_G };
 
-/* A prefetch cursor over mm_prefetch's segments, `per_block` lines per
- * weight block a tile runs. */
-typedef struct pf_cursor {
-    mm_prefetch at;
-    int64_t off;
-    int per_block;
-} pf_cursor;
-
-INLINE void pf_step(pf_cursor *c) {
-    for (int i = 0; i < c->per_block && c->at.rows > 0; i++) {
-        _mm_prefetch((const char *)c->at.row + c->off, _MM_HINT_T1);
-        if ((c->off += 64) >= c->at.seg) {
-            c->off = 0;
-            c->at.row += c->at.stride;
-            c->at.rows--;
-        }
-    }
-}
-
 /* 4 tokens x 48 rows over nblk weight blocks.  Per block the integer dots
  * accumulate exactly (|Σ| < 2^21), then one scale step in f32:
  *   nsb 1 (one activation scale per block, Q8_0):
@@ -585,7 +566,7 @@ INLINE void pf_step(pf_cursor *c) {
 INLINE T512VNNI void i8_tile(const int bk, const bool sym, const int nsb, int64_t nblk,
                              const int8_t *A, int64_t lda, const float *dx, int64_t ldx,
                              const void *mb, int64_t ldm, int mr, const uint8_t *B, int nc,
-                             float *C, int64_t ldc, bool add, pf_cursor *pf) {
+                             float *C, int64_t ldc, bool add, mm_pf_cursor *pf) {
     const mm_i8_rows r = mm_i8_rows_at(mr, A, lda, dx, ldx, mb, ldm);
     const int8_t *const *a = r.a;
     const float *const *d = r.d, *const *mf = r.mf;
@@ -598,7 +579,7 @@ INLINE T512VNNI void i8_tile(const int bk, const bool sym, const int nsb, int64_
     _Alignas(64) float fm[IM][IG]; /* nsb > 1: facc */
     if (nsb > 1) memset(fm, 0, sizeof fm);
     for (int64_t b = 0; b < nblk; b++) {
-        if (pf) pf_step(pf);
+        if (pf) mm_pf_step(pf);
         __m512i acc[IM][3];
 #pragma GCC unroll 4
         for (int i = 0; i < IM; i++) {
@@ -672,7 +653,7 @@ INLINE T512VNNI void i8_tile(const int bk, const bool sym, const int nsb, int64_
 
 #define I8_TILE_ARGS int64_t nblk, const int8_t *A, int64_t lda, const float *dx, int64_t ldx, \
     const void *mb, int64_t ldm, int mr, const uint8_t *B, int nc, float *C, int64_t ldc,       \
-    bool add, pf_cursor *pf
+    bool add, mm_pf_cursor *pf
 #define I8_TILE_PASS nblk, A, lda, dx, ldx, mb, ldm, mr, B, nc, C, ldc, add, pf
 /* Q8_0 (activations per 32); Q4_K / Q5_K and Q6_K (per 256) */
 T512VNNI static void i8_tile_32s(I8_TILE_ARGS) { i8_tile(32, true, 1, I8_TILE_PASS); }
@@ -685,12 +666,8 @@ T512VNNI void avx512_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_
     void (*tile)(I8_TILE_ARGS) = kind->bk == 16 ? i8_tile_16s : kind->sym ? i8_tile_32s : i8_tile_32a;
     const int64_t nblk = kc / kind->bk, ldx = a->ld / kind->ab, ldm = a->ld / kind->bk;
     const size_t gbytes = mm_i8_group_bytes(kind, kc);
-    pf_cursor pf = {0};
-    if (next) { /* spread the lines over every block of every tile call */
-        const int64_t lines = next->rows * ((next->seg + 63) / 64);
-        const int64_t slots = (T + IM - 1) / IM * ((np + IG - 1) / IG) * nblk;
-        pf = (pf_cursor){*next, 0, (int)((lines + slots - 1) / slots)};
-    }
+    /* the lines spread over every block of every tile call */
+    mm_pf_cursor pf = mm_pf_start(next, (T + IM - 1) / IM * ((np + IG - 1) / IG) * nblk);
     for (int64_t t = 0; t < T; t += IM) {
         int mr = (int)(T - t < IM ? T - t : IM);
         const int8_t *A = a->q + t * a->ld + k0;
