@@ -95,7 +95,7 @@ void clef_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *mn) {
  * Each half (128 values) uses 64 ql and 32 qh bytes: value 32g + l (g =
  * 0..3) has its low nibble from ql[l + 32(g&1)] (the high one when g >= 2)
  * and its top 2 bits from qh[l] bits 2g..2g+1. */
-static void scales_q45_k(const uint8_t *b, clef_kq_parts *o) {
+static void unpack_q45_k(bool five, const uint8_t *b, clef_kq_parts *o) {
     o->d = clef_load_f16(b);
     o->dmin = clef_load_f16(b + 2);
     for (int j = 0; j < 8; j++) {
@@ -104,10 +104,6 @@ static void scales_q45_k(const uint8_t *b, clef_kq_parts *o) {
         o->sc[j] = (int8_t)sc;
         o->mn[j] = mn;
     }
-}
-
-static void unpack_q45_k(bool five, const uint8_t *b, clef_kq_parts *o) {
-    scales_q45_k(b, o);
     const uint8_t *qh = b + 16, *qs = five ? b + 48 : b + 16;
     for (int k = 0; k < 4; k++, qs += 32)
         for (int l = 0; l < 32; l++) {
@@ -118,16 +114,12 @@ static void unpack_q45_k(bool five, const uint8_t *b, clef_kq_parts *o) {
         }
 }
 
-static void scales_q6_k(const uint8_t *b, clef_kq_parts *o) {
+static void unpack_q6_k(const uint8_t *b, clef_kq_parts *o) {
+    const uint8_t *ql = b, *qh = b + 128;
     memcpy(o->sc, b + 192, 16);
     memset(o->mn, 0, sizeof o->mn);
     o->d = clef_load_f16(b + 208);
     o->dmin = 0.0f;
-}
-
-static void unpack_q6_k(const uint8_t *b, clef_kq_parts *o) {
-    const uint8_t *ql = b, *qh = b + 128;
-    scales_q6_k(b, o);
     for (int half = 0; half < 2; half++, ql += 64, qh += 32) {
         uint8_t *q = o->q + 128 * half;
         for (int l = 0; l < 32; l++) {
@@ -144,15 +136,6 @@ bool clef_kq_unpack(uint32_t type, const uint8_t *block, clef_kq_parts *out) {
     case CLEF_DTYPE_Q4_K: unpack_q45_k(false, block, out); return true;
     case CLEF_DTYPE_Q5_K: unpack_q45_k(true, block, out); return true;
     case CLEF_DTYPE_Q6_K: unpack_q6_k(block, out); return true;
-    default: return false;
-    }
-}
-
-bool clef_kq_unpack_scales(uint32_t type, const uint8_t *block, clef_kq_parts *out) {
-    switch (type) {
-    case CLEF_DTYPE_Q4_K:
-    case CLEF_DTYPE_Q5_K: scales_q45_k(block, out); return true;
-    case CLEF_DTYPE_Q6_K: scales_q6_k(block, out); return true;
     default: return false;
     }
 }

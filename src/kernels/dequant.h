@@ -49,7 +49,5 @@ typedef struct clef_kq_parts {
 
 /* false: type is not Q4_K, Q5_K or Q6_K. */
 bool clef_kq_unpack(uint32_t type, const uint8_t *block, clef_kq_parts *out);
-/* The same but the quants: d, dmin, sc and mn alone (q is not written). */
-bool clef_kq_unpack_scales(uint32_t type, const uint8_t *block, clef_kq_parts *out);
 
 #endif

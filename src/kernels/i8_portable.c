@@ -3,8 +3,7 @@
  * path (kernels/simd.h): the I8 group packer for Q8_0 and the K-quants,
  * and the per-block bookkeeping of the activation quantizer.  The NEON
  * (SDOT) and AVX2 (vpmaddubsw, AVX-VNNI) paths share them; the AVX-512
- * path has its own vectorised versions.  Also the scales of the
- * integer-scale K-quant panel (the AVX2 vpmaddubsw tile's).
+ * path has its own vectorised versions.
  */
 #include <string.h>
 
@@ -82,21 +81,6 @@ INLINE void pack_kquant(const int kw, const mm_i8_kind *kind, const mm_weight *w
                 }
             }
         }
-}
-
-void mm_isc_put_scales(const mm_i8_kind *kind, const clef_kq_parts *k, uint8_t *sp, int i) {
-    const int nb = 256 / kind->bk;
-    const bool q6 = kind->bk == 16;
-    uint32_t *sc = (uint32_t *)(sp + 256 * IG), *mn = sc + nb * IG;
-    float *d = (float *)(mn + nb / 2 * IG);
-    for (int j = 0; j < nb; j++) sc[j * IG + i] = (uint32_t)(uint16_t)k->sc[j] * 0x10001u;
-    for (int c = 0; c < nb / 2; c++) {
-        const int lo = q6 ? k->sc[2 * c] : k->mn[2 * c];
-        const int hi = q6 ? k->sc[2 * c + 1] : k->mn[2 * c + 1];
-        mn[c * IG + i] = (uint16_t)lo | (uint32_t)(uint16_t)hi << 16;
-    }
-    d[i] = k->d;
-    d[IG + i] = q6 ? 32.0f * k->d : k->dmin;
 }
 
 void mm_pack_i8_portable(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,

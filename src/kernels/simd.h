@@ -397,10 +397,6 @@ void mm_round_bf16(const float *x, int64_t n, float *dst);
  * 64, the same bytes signed or not. */
 void mm_pack_i8_portable(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                          int64_t k0, int64_t kc, uint8_t *dst);
-/* Row i's scales, mins, d and dmin (clef_kq_unpack's k) into the
- * integer-scale panel's super-block at sp. */
-struct clef_kq_parts;
-void mm_isc_put_scales(const mm_i8_kind *kind, const struct clef_kq_parts *k, uint8_t *sp, int i);
 /* One block of n values (32 or 256) with one scale, llama.cpp's rule:
  * d = max|x|/127, q = x·(1/d) rounded to nearest even and saturated;
  * sums16[i] = Σq of values [16i, 16i+16).  Returns d. */

@@ -12,12 +12,11 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-
-#include "kernels/dequant.h"
-#include "kernels/kquant_x86.h"
-#include "kernels/transpose_x86.h"
 #include <math.h>
 #include <string.h>
+
+#include "kernels/kquant_x86.h"
+#include "kernels/transpose_x86.h"
 
 #define T256 __attribute__((target("avx2,fma")))
 #define T256F16 __attribute__((target("avx2,fma,f16c"))) /* the avx2 path requires F16C too */
@@ -337,10 +336,77 @@ void avx2_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0,
     mm_act_i8_by_blocks(quant_block, kind, x, in, t0, t1, q, dx, mb);
 }
 
-/* mm_pack_i8_isc on ymm: 8 rows at a time, each row's runs of 32 quants
- * read as bytes (kernels/kquant_x86.h) and transposed to the panel's
- * [k-quad][48][4] order, the scales row by row (clef_kq_unpack_scales). */
-T256 static void pack_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
+/* The 4 bytes at p as a dword (0 where p is NULL: a row past the end). */
+static inline uint32_t ld32(const uint8_t *p, int off) {
+    uint32_t v = 0;
+    if (p) memcpy(&v, p + off, 4);
+    return v;
+}
+
+/* Dword `off` of 8 rows' super-blocks (blk[i] + off), a lane per row. */
+INLINE T256 __m256i rows8(const uint8_t *const blk[8], int off) {
+    return _mm256_setr_epi32((int)ld32(blk[0], off), (int)ld32(blk[1], off), (int)ld32(blk[2], off),
+                             (int)ld32(blk[3], off), (int)ld32(blk[4], off), (int)ld32(blk[5], off),
+                             (int)ld32(blk[6], off), (int)ld32(blk[7], off));
+}
+
+/* The f16 halves of 8 dwords as f32: the low ones (hi false) or the high. */
+INLINE T256F16 __m256 halves8(__m256i v, bool hi) {
+    const __m256i h = hi ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+    const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08); /* lanes 0, 2 */
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(p));
+}
+
+/* Store a pair of int16 lanes per row: lo | hi << 16. */
+INLINE T256 void put_pairs(void *dst, __m256i lo, __m256i hi) {
+    const __m256i m = _mm256_set1_epi32(0xffff);
+    _mm256_storeu_si256((__m256i *)dst, _mm256_or_si256(_mm256_and_si256(lo, m), _mm256_slli_epi32(hi, 16)));
+}
+
+/* 8 rows' scales, mins, d and dmin (the integer-scale panel's, rows i0..i0+7
+ * of super-block sp) decoded in lanes.  The layouts are clef_kq_unpack's:
+ * Q4_K / Q5_K f16 d, dmin, then 12 bytes of 6-bit pairs (j < 4: sc = s[j],
+ * mn = s[j+4], low 6 bits; j ≥ 4: low nibbles of s[j+4] with the top 2 bits
+ * of s[j−4] / s[j]); Q6_K 16 int8 scales at 192, f16 d at 208. */
+INLINE T256F16 void isc_scales8(int isc, const uint8_t *const blk[8], uint8_t *sp, int i0) {
+    const int nb = isc == 6 ? 16 : 8;
+    uint8_t *sc = sp + 256 * IG + 4 * i0, *mn = sc + nb * IG * 4;
+    float *d = (float *)(mn + nb / 2 * IG * 4);
+    __m256i v[16];
+    if (isc == 6) {
+        for (int q = 0; q < 4; q++) {
+            const __m256i w = rows8(blk, 192 + 4 * q);
+            for (int b = 0; b < 4; b++) v[4 * q + b] = _mm256_srai_epi32(_mm256_slli_epi32(w, 24 - 8 * b), 24);
+        }
+        const __m256 dv = halves8(rows8(blk, 206), true); /* d: the block's last 2 bytes */
+        _mm256_storeu_ps(d, dv);
+        _mm256_storeu_ps(d + IG, _mm256_mul_ps(dv, _mm256_set1_ps(32.0f)));
+        for (int c = 0; c < 8; c++) put_pairs(mn + c * IG * 4, v[2 * c], v[2 * c + 1]);
+    } else {
+        const __m256i dd = rows8(blk, 0), w0 = rows8(blk, 4), w1 = rows8(blk, 8), w2 = rows8(blk, 12);
+        const __m256i m6 = _mm256_set1_epi32(63), m4 = _mm256_set1_epi32(15), m2 = _mm256_set1_epi32(3);
+        __m256i m[8];
+        for (int b = 0; b < 4; b++) {
+            const __m256i s0 = _mm256_srli_epi32(w0, 8 * b), s1 = _mm256_srli_epi32(w1, 8 * b);
+            const __m256i s2 = _mm256_srli_epi32(w2, 8 * b);
+            v[b] = _mm256_and_si256(s0, m6);
+            m[b] = _mm256_and_si256(s1, m6);
+            v[4 + b] = _mm256_or_si256(_mm256_and_si256(s2, m4),
+                                       _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(s0, 6), m2), 4));
+            m[4 + b] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, 4), m4),
+                                       _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(s1, 6), m2), 4));
+        }
+        _mm256_storeu_ps(d, halves8(dd, false));
+        _mm256_storeu_ps(d + IG, halves8(dd, true));
+        for (int c = 0; c < 4; c++) put_pairs(mn + c * IG * 4, m[2 * c], m[2 * c + 1]);
+    }
+    for (int j = 0; j < nb; j++) put_pairs(sc + j * IG * 4, v[j], v[j]);
+}
+
+/* The integer-scale panel on ymm, 8 rows at a time: each row's runs of 32
+ * quants read as bytes (kernels/kquant_x86.h) and transposed to the
+ * panel's [k-quad][48][4] order, the scales decoded in lanes. */
+T256F16 static void pack_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                           int64_t k0, int64_t kc, uint8_t *dst) {
     const int64_t nsb = kc / 256, groups = (np + IG - 1) / IG;
     const size_t sbytes = mm_i8_group_bytes(kind, 256);
@@ -373,12 +439,9 @@ T256 static void pack_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t r0
                                                 q[h][u]);
                     }
                 }
-                for (int i = 0; i < 8; i++) {
-                    clef_kq_parts k; /* no initializer: a rep stos of all of it cost 44% */
-                    if (rows[i]) clef_kq_unpack_scales(w->type, rows[i] + sb * tsz, &k);
-                    else memset(&k, 0, sizeof k);
-                    mm_isc_put_scales(kind, &k, sp, i0 + i);
-                }
+                const uint8_t *blk[8];
+                for (int i = 0; i < 8; i++) blk[i] = rows[i] ? rows[i] + sb * tsz : NULL;
+                isc_scales8(kind->isc, blk, sp, i0);
             }
         }
 }
