@@ -446,9 +446,44 @@ T256F16 static void pack_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t
         }
 }
 
+/* Q8_0 kept signed (m = 0) on ymm, 8 rows at a time: each block's 32
+ * quants per row transposed to [k-quad][48][4], the 8 f16 scales widened
+ * together. */
+T256F16 static void pack_q8_signed(const mm_weight *w, int64_t r0, int64_t np, int64_t k0,
+                                   int64_t kc, uint8_t *dst) {
+    const int64_t nblk = kc / 32, groups = (np + IG - 1) / IG;
+    const size_t bbytes = 32 * IG + 2 * IG * sizeof(float);
+    for (int64_t g = 0; g < groups; g++)
+        for (int i0 = 0; i0 < IG; i0 += 8) {
+            const uint8_t *rows[8];
+            for (int i = 0; i < 8; i++) {
+                const int64_t row = g * IG + i0 + i;
+                rows[i] = row < np ? (const uint8_t *)w->data + (size_t)(r0 + row) * w->row_bytes +
+                                         (size_t)(k0 / 32) * 34
+                                   : NULL;
+            }
+            for (int64_t b = 0; b < nblk; b++) {
+                uint8_t *bp = dst + (size_t)(g * nblk + b) * bbytes;
+                const uint8_t *blk[8];
+                __m256i q[8];
+                for (int i = 0; i < 8; i++) {
+                    blk[i] = rows[i] ? rows[i] + 34 * b : NULL;
+                    q[i] = blk[i] ? _mm256_loadu_si256((const __m256i *)(blk[i] + 2)) : _mm256_setzero_si256();
+                }
+                x86_transpose8x8(q);
+                for (int u = 0; u < 8; u++)
+                    _mm256_storeu_si256((__m256i *)(bp + ((size_t)u * IG + i0) * 4), q[u]);
+                float *sc = (float *)(bp + 32 * IG) + i0;
+                _mm256_storeu_ps(sc, halves8(rows8(blk, 0), false));
+                _mm256_storeu_ps(sc + IG, _mm256_setzero_ps());
+            }
+        }
+}
+
 void avx2_pack_i8(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np, int64_t k0,
                   int64_t kc, uint8_t *dst) {
     if (kind->isc) pack_isc(kind, w, r0, np, k0, kc, dst);
+    else if (kind->signed_q && w->type == CLEF_DTYPE_Q8_0) pack_q8_signed(w, r0, np, k0, kc, dst);
     else mm_pack_i8_portable(kind, w, r0, np, k0, kc, dst);
 }
 
