@@ -311,9 +311,10 @@ static void act_task(void *ctx, int ith, int nth) {
 }
 
 static void dot_f32(const mm_plan *p, int64_t kc, const float *x, int64_t ldx, int64_t T,
-                    const float *w, int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
+                    const float *w, int64_t ldw, int64_t np, float *y, int64_t ldy, bool add,
+                    const mm_prefetch *next) {
     switch (p->path) {
-    case CPU_PATH_AVX2: avx2_dot_f32(kc, x, ldx, T, w, ldw, np, y, ldy, add); break;
+    case CPU_PATH_AVX2: avx2_dot_f32(kc, x, ldx, T, w, ldw, np, y, ldy, add, next); break;
     case CPU_PATH_NEON: neon_dot_f32(kc, x, ldx, T, w, ldw, np, y, ldy, add); break;
     default: avx512_dot_f32(kc, x, ldx, T, w, ldw, np, y, ldy, add); break;
     }
@@ -397,7 +398,7 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
         const float *x = (j->p.round_bf16 ? (const float *)act : j->x) + tk.t0 * in + k0;
         if (j->p.direct) {
             dot_f32(&j->p, kc, x, in, T, (const float *)rows + k0,
-                    (int64_t)(w->row_bytes / sizeof(float)), np, y, out, add);
+                    (int64_t)(w->row_bytes / sizeof(float)), np, y, out, add, NULL);
         } else {
             float *tmp = (float *)tb;
             const bool w16 = w->type == CLEF_DTYPE_BF16 || w->type == CLEF_DTYPE_F16;
@@ -407,7 +408,7 @@ static void panel_block(const mm_fast_job *j, uint8_t *tb, int64_t p0, int64_t n
                     w->type == CLEF_DTYPE_F16, (const uint16_t *)rows + k0,
                     (int64_t)(w->row_bytes / 2), np, kc, tmp, kc + MM_W16_PAD);
             else mm_dequant_rows(w, p0, np, k0, kc, tmp);
-            dot_f32(&j->p, kc, x, in, T, tmp, w16 ? kc + MM_W16_PAD : kc, np, y, out, add);
+            dot_f32(&j->p, kc, x, in, T, tmp, w16 ? kc + MM_W16_PAD : kc, np, y, out, add, next);
         }
     }
     }
@@ -438,8 +439,11 @@ static int64_t part(int64_t total, int64_t at, int64_t step) {
  * kind whose kernel does not prefetch). */
 static mm_prefetch next_stored(const mm_fast_job *j, int64_t p0, int64_t k1, int64_t p_next) {
     const mm_weight *w = j->w;
-    if (j->p.kind != MM_KIND_I8 || !j->p.i8isa->prefetch || (k1 >= w->in && p_next < 0))
-        return (mm_prefetch){0};
+    /* the int8 tiles where their ISA says so; the avx2 dot form on rows it
+     * widens or dequantizes */
+    const bool fetches = j->p.kind == MM_KIND_I8 ? j->p.i8isa->prefetch
+                       : j->p.kind == MM_KIND_DOT_F32 && !j->p.direct && j->p.path == CPU_PATH_AVX2;
+    if (!fetches || (k1 >= w->in && p_next < 0)) return (mm_prefetch){0};
     if (k1 >= w->in) {
         p0 = p_next;
         k1 = 0;
@@ -556,7 +560,7 @@ void mm_gemm_nt(const cpu_target *tg, int64_t m, int64_t n, int64_t kdim, const 
     switch (tg ? tg->path : CPU_PATH_REF) {
     case CPU_PATH_AVX512:
     case CPU_PATH_AMX: avx512_dot_f32(kdim, A, lda, m, B, ldb, n, C, ldc, add); return;
-    case CPU_PATH_AVX2: avx2_dot_f32(kdim, A, lda, m, B, ldb, n, C, ldc, add); return;
+    case CPU_PATH_AVX2: avx2_dot_f32(kdim, A, lda, m, B, ldb, n, C, ldc, add, NULL); return;
     case CPU_PATH_NEON: neon_dot_f32(kdim, A, lda, m, B, ldb, n, C, ldc, add); return;
     default: break;
     }

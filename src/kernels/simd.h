@@ -331,8 +331,10 @@ void avx2_mul_sigmoid(float *x, const float *g, int64_t n);
 void avx2_sigmoid(float *x, int64_t n);
 void avx2_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps);
 void avx2_l2norm(float *x, int64_t n, int64_t rows, float eps);
+/* avx512_dot_f32's contract; pf (may be NULL): stored bytes brought into
+ * L2 a few lines per tile on the way (the rows the thread widens next). */
 void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
-                  int64_t ldw, int64_t np, float *y, int64_t ldy, bool add);
+                  int64_t ldw, int64_t np, float *y, int64_t ldy, bool add, const mm_prefetch *pf);
 /* BF16 (f16: F16) rows [0, nr) of w, ldw elements apart, k [0, kc), widened
  * exactly into dst [nr][ldd] (the dot form's rows for 16-bit weights). */
 void avx2_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst,

@@ -119,11 +119,13 @@ T256F16 static void dot_tile_f16(DOT_ARGS) { dot_tile(2, k, A, lda, mr, B, ldb, 
 
 static void dot_panel(void (*tile)(DOT_ARGS), size_t esz, int64_t kc, const float *x, int64_t ldx,
                       int64_t T, const void *w, int64_t ldw, int64_t np, float *y, int64_t ldy,
-                      bool add) {
+                      bool add, const mm_prefetch *next) {
+    mm_pf_cursor pf = mm_pf_start(next, (T + DM - 1) / DM * ((np + DN - 1) / DN));
     for (int64_t t = 0; t < T; t += DM) {
         int mr = (int)(T - t < DM ? T - t : DM);
         for (int64_t r = 0; r < np; r += DN) {
             int nr = (int)(np - r < DN ? np - r : DN);
+            mm_pf_step(&pf);
             tile(kc, x + t * ldx, ldx, mr, (const uint8_t *)w + (size_t)(r * ldw) * esz, ldw, nr,
                  y + t * ldy + r, ldy, add);
         }
@@ -131,14 +133,14 @@ static void dot_panel(void (*tile)(DOT_ARGS), size_t esz, int64_t kc, const floa
 }
 
 void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
-                  int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
-    dot_panel(dot_tile_f32, sizeof(float), kc, x, ldx, T, w, ldw, np, y, ldy, add);
+                  int64_t ldw, int64_t np, float *y, int64_t ldy, bool add, const mm_prefetch *pf) {
+    dot_panel(dot_tile_f32, sizeof(float), kc, x, ldx, T, w, ldw, np, y, ldy, add, pf);
 }
 
 void avx2_dot_w16(bool f16, int64_t kc, const float *x, int64_t ldx, int64_t T, const uint16_t *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {
     dot_panel(f16 ? dot_tile_f16 : dot_tile_bf16, sizeof(uint16_t), kc, x, ldx, T, w, ldw, np, y,
-              ldy, add);
+              ldy, add, NULL);
 }
 
 T256F16 void avx2_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc,
@@ -857,7 +859,7 @@ double avx2_peak(int kind, int64_t iters) {
 
 #else /* not x86-64: never called */
 void avx2_dot_f32(int64_t kc, const float *x, int64_t ldx, int64_t T, const float *w,
-                  int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
+                  int64_t ldw, int64_t np, float *y, int64_t ldy, bool add, const mm_prefetch *pf) {}
 void avx2_dot_w16(bool f16, int64_t kc, const float *x, int64_t ldx, int64_t T, const uint16_t *w,
                   int64_t ldw, int64_t np, float *y, int64_t ldy, bool add) {}
 void avx2_widen_w16(bool f16, const uint16_t *w, int64_t ldw, int64_t nr, int64_t kc, float *dst,
