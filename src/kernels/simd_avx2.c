@@ -405,6 +405,23 @@ INLINE T256F16 void isc_scales8(int isc, const uint8_t *const blk[8], uint8_t *s
     for (int j = 0; j < nb; j++) put_pairs(sc + j * IG * 4, v[j], v[j]);
 }
 
+/* The stored rows r0 + row0 .. +7 of w from k0 on (NULL past np). */
+static void rows8_at(const mm_weight *w, int64_t r0, int64_t np, int64_t row0, int64_t k0,
+                     const uint8_t *rows[8]) {
+    const clef_dtype_info *info = clef_dtype_get(w->type);
+    const size_t off = (size_t)(k0 / info->block_size) * info->type_size;
+    for (int i = 0; i < 8; i++)
+        rows[i] = row0 + i < np ? (const uint8_t *)w->data + (size_t)(r0 + row0 + i) * w->row_bytes + off
+                                : NULL;
+}
+
+/* 8 rows' 8 k-quads each (q[i], row i) transposed and stored as the
+ * panel's k-quads [8][48][4] at dst, rows i0..i0+7. */
+INLINE T256 void put_kquads8(__m256i q[8], uint8_t *dst, int i0) {
+    x86_transpose8x8(q);
+    for (int u = 0; u < 8; u++) _mm256_storeu_si256((__m256i *)(dst + ((size_t)u * IG + i0) * 4), q[u]);
+}
+
 /* The integer-scale panel on ymm, 8 rows at a time: each row's runs of 32
  * quants read as bytes (kernels/kquant_x86.h) and transposed to the
  * panel's [k-quad][48][4] order, the scales decoded in lanes. */
@@ -416,12 +433,7 @@ T256F16 static void pack_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t
     for (int64_t g = 0; g < groups; g++)
         for (int i0 = 0; i0 < IG; i0 += 8) {
             const uint8_t *rows[8];
-            for (int i = 0; i < 8; i++) {
-                const int64_t row = g * IG + i0 + i;
-                rows[i] = row < np ? (const uint8_t *)w->data + (size_t)(r0 + row) * w->row_bytes +
-                                         (size_t)(k0 / 256) * tsz
-                                   : NULL;
-            }
+            rows8_at(w, r0, np, g * IG + i0, k0, rows);
             for (int64_t sb = 0; sb < nsb; sb++) {
                 uint8_t *sp = dst + (size_t)(g * nsb + sb) * sbytes;
                 for (int c = 0; c < 4; c++) { /* runs 2c and 2c+1 of 32 quants */
@@ -434,12 +446,8 @@ T256F16 static void pack_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t
                         q[0][i] = two[0];
                         q[1][i] = two[1];
                     }
-                    for (int h = 0; h < 2; h++) { /* k-quads 8·(2c+h) .. +7 */
-                        x86_transpose8x8(q[h]);
-                        for (int u = 0; u < 8; u++)
-                            _mm256_storeu_si256((__m256i *)(sp + ((size_t)(8 * (2 * c + h) + u) * IG + i0) * 4),
-                                                q[h][u]);
-                    }
+                    for (int h = 0; h < 2; h++) /* k-quads 8·(2c+h) .. +7 */
+                        put_kquads8(q[h], sp + (size_t)(8 * (2 * c + h)) * IG * 4, i0);
                 }
                 const uint8_t *blk[8];
                 for (int i = 0; i < 8; i++) blk[i] = rows[i] ? rows[i] + sb * tsz : NULL;
@@ -458,12 +466,7 @@ T256F16 static void pack_q8_signed(const mm_weight *w, int64_t r0, int64_t np, i
     for (int64_t g = 0; g < groups; g++)
         for (int i0 = 0; i0 < IG; i0 += 8) {
             const uint8_t *rows[8];
-            for (int i = 0; i < 8; i++) {
-                const int64_t row = g * IG + i0 + i;
-                rows[i] = row < np ? (const uint8_t *)w->data + (size_t)(r0 + row) * w->row_bytes +
-                                         (size_t)(k0 / 32) * 34
-                                   : NULL;
-            }
+            rows8_at(w, r0, np, g * IG + i0, k0, rows);
             for (int64_t b = 0; b < nblk; b++) {
                 uint8_t *bp = dst + (size_t)(g * nblk + b) * bbytes;
                 const uint8_t *blk[8];
@@ -472,9 +475,7 @@ T256F16 static void pack_q8_signed(const mm_weight *w, int64_t r0, int64_t np, i
                     blk[i] = rows[i] ? rows[i] + 34 * b : NULL;
                     q[i] = blk[i] ? _mm256_loadu_si256((const __m256i *)(blk[i] + 2)) : _mm256_setzero_si256();
                 }
-                x86_transpose8x8(q);
-                for (int u = 0; u < 8; u++)
-                    _mm256_storeu_si256((__m256i *)(bp + ((size_t)u * IG + i0) * 4), q[u]);
+                put_kquads8(q, bp, i0);
                 float *sc = (float *)(bp + 32 * IG) + i0;
                 _mm256_storeu_ps(sc, halves8(rows8(blk, 0), false));
                 _mm256_storeu_ps(sc + IG, _mm256_setzero_ps());
