@@ -115,7 +115,7 @@ void mm_act_i8_by_blocks(mm_quant_block_fn quant, const mm_i8_kind *kind, const 
             for (int j = 0; j < ab / bk; j++) { /* the m term per weight block */
                 const int32_t s = bs[j];
                 const int64_t o = t * nbk + b * (ab / bk) + j;
-                if (kind->isc) /* |Σq| ≤ 32·128: an int16 */
+                if (kind->isc) /* the pair of blocks j belongs to; |Σq| ≤ 32·128: int16s */
                     ((uint32_t *)mb)[o] = (uint16_t)bs[j & ~1] | (uint32_t)(uint16_t)bs[j | 1] << 16;
                 else if (kind->sym) ((int32_t *)mb)[o] = -kind->off * s;
                 else ((float *)mb)[o] = ab == 256 ? (float)s : dd * (float)s;

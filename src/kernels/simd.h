@@ -303,12 +303,13 @@ void avx2_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0,
                  int8_t *q, float *dx, void *mb);
 /* avx512_i8_panel's contract on panels from avx2_pack_i8, on vpmaddubsw
  * (pf prefetched a few lines per tile call); the K-quants only as the
- * integer-scale panel (kind->isc).  Its int16 pair sums must not saturate: Q8_0 (signed)
- * multiplies |w| by x with w's sign (|Σ| ≤ 2·128·127); the K-quants'
- * unsigned quants (below 64) meet x as they are, and several k-quads are
- * summed in int16 before vpmaddwd by the scale (Q4_K 8, Q5_K 4, Q6_K 2: at
- * most 8·2·15·128, 4·2·31·128 and 2·2·63·128, below 2^15); a super-block's
- * int32 sums then stay below 2^29 (Q6_K: 32 runs · 2·32256·128). */
+ * integer-scale panel (kind->isc).  Its int16 pair sums must not
+ * saturate: Q8_0 (signed) multiplies |w| by x with w's sign (|Σ| ≤
+ * 2·128·127); the K-quants' unsigned quants (below 64) meet x as they are,
+ * and several k-quads are summed in int16 before vpmaddwd by the scale
+ * (Q4_K 8, Q5_K 4, Q6_K 2: at most 8·2·15·128, 4·2·31·128 and 2·2·63·128,
+ * below 2^15); a super-block's int32 sums then stay below 2^29 (Q6_K: 32
+ * runs · 2·32256·128). */
 void avx2_i8_panel(const mm_i8_kind *kind, const mm_i8_act *a, int64_t T, int64_t k0,
                    int64_t kc, const uint8_t *panel, int64_t np, float *y, int64_t ldy,
                    bool add, const mm_prefetch *pf);

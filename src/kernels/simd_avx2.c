@@ -362,7 +362,8 @@ INLINE T256F16 __m256 halves8(__m256i v, bool hi) {
 /* Store a pair of int16 lanes per row: lo | hi << 16. */
 INLINE T256 void put_pairs(void *dst, __m256i lo, __m256i hi) {
     const __m256i m = _mm256_set1_epi32(0xffff);
-    _mm256_storeu_si256((__m256i *)dst, _mm256_or_si256(_mm256_and_si256(lo, m), _mm256_slli_epi32(hi, 16)));
+    const __m256i v = _mm256_or_si256(_mm256_and_si256(lo, m), _mm256_slli_epi32(hi, 16));
+    _mm256_storeu_si256((__m256i *)dst, v);
 }
 
 /* 8 rows' scales, mins, d and dmin (the integer-scale panel's, rows i0..i0+7
@@ -378,7 +379,8 @@ INLINE T256F16 void isc_scales8(int isc, const uint8_t *const blk[8], uint8_t *s
     if (isc == 6) {
         for (int q = 0; q < 4; q++) {
             const __m256i w = rows8(blk, 192 + 4 * q);
-            for (int b = 0; b < 4; b++) v[4 * q + b] = _mm256_srai_epi32(_mm256_slli_epi32(w, 24 - 8 * b), 24);
+            for (int b = 0; b < 4; b++) /* byte b, sign-extended */
+                v[4 * q + b] = _mm256_srai_epi32(_mm256_slli_epi32(w, 24 - 8 * b), 24);
         }
         const __m256 dv = halves8(rows8(blk, 206), true); /* d: the block's last 2 bytes */
         _mm256_storeu_ps(d, dv);
@@ -393,10 +395,11 @@ INLINE T256F16 void isc_scales8(int isc, const uint8_t *const blk[8], uint8_t *s
             const __m256i s2 = _mm256_srli_epi32(w2, 8 * b);
             v[b] = _mm256_and_si256(s0, m6);
             m[b] = _mm256_and_si256(s1, m6);
-            v[4 + b] = _mm256_or_si256(_mm256_and_si256(s2, m4),
-                                       _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(s0, 6), m2), 4));
+            const __m256i h0 = _mm256_and_si256(_mm256_srli_epi32(s0, 6), m2); /* top 2 bits */
+            const __m256i h1 = _mm256_and_si256(_mm256_srli_epi32(s1, 6), m2);
+            v[4 + b] = _mm256_or_si256(_mm256_and_si256(s2, m4), _mm256_slli_epi32(h0, 4));
             m[4 + b] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, 4), m4),
-                                       _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(s1, 6), m2), 4));
+                                       _mm256_slli_epi32(h1, 4));
         }
         _mm256_storeu_ps(d, halves8(dd, false));
         _mm256_storeu_ps(d + IG, halves8(dd, true));
@@ -473,7 +476,8 @@ T256F16 static void pack_q8_signed(const mm_weight *w, int64_t r0, int64_t np, i
                 __m256i q[8];
                 for (int i = 0; i < 8; i++) {
                     blk[i] = rows[i] ? rows[i] + 34 * b : NULL;
-                    q[i] = blk[i] ? _mm256_loadu_si256((const __m256i *)(blk[i] + 2)) : _mm256_setzero_si256();
+                    q[i] = blk[i] ? _mm256_loadu_si256((const __m256i *)(blk[i] + 2))
+                                  : _mm256_setzero_si256();
                 }
                 put_kquads8(q, bp, i0);
                 float *sc = (float *)(bp + 32 * IG) + i0;
@@ -509,6 +513,22 @@ INLINE T256 __m256i dpbusd256(const int dp, __m256i acc, __m256i u, __m256i s) {
     if (dp == DP_EVEX) __asm__("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
     else __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
     return acc;
+}
+
+/* An int8 tile's rows i < mr: f[i] (=, +=) into C, nc of its 8·tv columns. */
+INLINE T256 void put_tile(const int tm, const int tv, __m256 f[IM][2], int mr, float *C,
+                          int64_t ldc, int nc, bool add) {
+#pragma GCC unroll 4
+    for (int i = 0; i < tm; i++) { /* i < tm, not mr: GCC sees what f holds */
+        if (i >= mr) break;
+#pragma GCC unroll 2
+        for (int v = 0; v < tv; v++) {
+            float *p = C + i * ldc + 8 * v;
+            __m256 o = f[i][v];
+            if (add) o = _mm256_add_ps(o, ld8(p, nc - 8 * v));
+            st8(p, nc - 8 * v, o);
+        }
+    }
 }
 
 /* tm tokens x 8·tv rows over nblk weight blocks, neon's i8_tile: per
@@ -607,17 +627,12 @@ INLINE T256 void i8_tile(const int dp, const int tm, const int tv, const int bk,
                 }
             }
     }
+    if (nsb > 1)
 #pragma GCC unroll 4
-    for (int i = 0; i < tm; i++) { /* i < tm, not mr: GCC sees what f holds */
-        if (i >= mr) break;
+        for (int i = 0; i < tm; i++)
 #pragma GCC unroll 2
-        for (int v = 0; v < tv; v++) {
-            float *p = C + i * ldc + 8 * v;
-            __m256 o = nsb > 1 ? _mm256_load_ps(fm[i] + 8 * v) : f[i][v];
-            if (add) o = _mm256_add_ps(o, ld8(p, nc - 8 * v));
-            st8(p, nc - 8 * v, o);
-        }
-    }
+            for (int v = 0; v < tv; v++) f[i][v] = _mm256_load_ps(fm[i] + 8 * v);
+    put_tile(tm, tv, f, mr, C, ldc, nc, add);
 }
 
 /* One block of the integer-scale tile: its bk/4 k-quads' products summed
@@ -698,26 +713,18 @@ INLINE T256 void isc_tile(const int tm, const int tv, const int bk, const int ru
             for (int v = 0; v < tv; v++) {
                 __m256i m = _mm256_setzero_si256();
 #pragma GCC unroll 8
-                for (int c = 0; c < nb / 2; c++)
-                    m = _mm256_add_epi32(m, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(mn + c * IG + 8 * v)),
-                                                              _mm256_set1_epi32(bs[2 * c])));
+                for (int c = 0; c < nb / 2; c++) {
+                    const __m256i mins = _mm256_loadu_si256((const __m256i *)(mn + c * IG + 8 * v));
+                    m = _mm256_add_epi32(m, _mm256_madd_epi16(mins, _mm256_set1_epi32(bs[2 * c])));
+                }
                 const __m256 dm = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_loadu_ps(dmin + 8 * v));
-                const __m256 t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(acc[i][v]), _mm256_loadu_ps(d + 8 * v), dm);
+                const __m256 t =
+                    _mm256_fmsub_ps(_mm256_cvtepi32_ps(acc[i][v]), _mm256_loadu_ps(d + 8 * v), dm);
                 f[i][v] = _mm256_fmadd_ps(t, dv, f[i][v]);
             }
         }
     }
-#pragma GCC unroll 4
-    for (int i = 0; i < tm; i++) {
-        if (i >= mr) break;
-#pragma GCC unroll 2
-        for (int v = 0; v < tv; v++) {
-            float *p = C + i * ldc + 8 * v;
-            __m256 o = f[i][v];
-            if (add) o = _mm256_add_ps(o, ld8(p, nc - 8 * v));
-            st8(p, nc - 8 * v, o);
-        }
-    }
+    put_tile(tm, tv, f, mr, C, ldc, nc, add);
 }
 
 /* 4 tokens x 16 rows: against 4 x 8, 2 x 16 and 3 x 16, the K-quants 10-15%
