@@ -439,21 +439,20 @@ T256F16 static void pack_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t
             rows8_at(w, r0, np, g * IG + i0, k0, rows);
             for (int64_t sb = 0; sb < nsb; sb++) {
                 uint8_t *sp = dst + (size_t)(g * nsb + sb) * sbytes;
+                const uint8_t *blk[8]; /* the 8 rows' super-block sb (NULL past np) */
+                for (int i = 0; i < 8; i++) blk[i] = rows[i] ? rows[i] + sb * tsz : NULL;
                 for (int c = 0; c < 4; c++) { /* runs 2c and 2c+1 of 32 quants */
                     __m256i q[2][8];
                     for (int i = 0; i < 8; i++) {
                         __m256i two[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-                        const uint8_t *blk = rows[i] ? rows[i] + sb * tsz : NULL;
-                        if (blk && kind->isc == 6) kq_quants6(blk, c, 0, two);
-                        else if (blk) kq_quants45(kind->isc == 5, blk, c, two);
+                        if (blk[i] && kind->isc == 6) kq_quants6(blk[i], c, 0, two);
+                        else if (blk[i]) kq_quants45(kind->isc == 5, blk[i], c, two);
                         q[0][i] = two[0];
                         q[1][i] = two[1];
                     }
                     for (int h = 0; h < 2; h++) /* k-quads 8·(2c+h) .. +7 */
                         put_kquads8(q[h], sp + (size_t)(8 * (2 * c + h)) * IG * 4, i0);
                 }
-                const uint8_t *blk[8];
-                for (int i = 0; i < 8; i++) blk[i] = rows[i] ? rows[i] + sb * tsz : NULL;
                 isc_scales8(kind->isc, blk, sp, i0);
             }
         }
