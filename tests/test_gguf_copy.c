@@ -130,8 +130,5 @@ int main(void) {
         cmocka_unit_test(test_model_no_mmap),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/clef-test-%d", (int)getpid());   /* tu_write_temp's */
-    rmdir(dir);
     return rc;
 }

@@ -575,8 +575,5 @@ int main(void) {
         cmocka_unit_test(test_limit_flags),
     };
     int rc = cmocka_run_group_tests(tests, group_setup, group_teardown);
-    char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/clef-test-%d", (int)getpid());   /* tu_write_temp's */
-    rmdir(dir);
     return rc;
 }

@@ -1,6 +1,8 @@
 /* tests/testutil.c — file, temp-file and subprocess helpers for tests. */
 #include "testutil.h"
 
+#include <ftw.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +32,29 @@ char *tu_read_file(const char *path, size_t *len) {
     return buf;
 }
 
-char *tu_write_temp(const char *name, const void *data, size_t len) {
+static void temp_dir_name(char *dir, size_t n) {
+    snprintf(dir, n, "/tmp/clef-test-%d", (int)getpid());
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    (void)st, (void)type, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* At exit: the process's temp dir and whatever its tests left in it. */
+static void temp_dir_remove(void) {
     char dir[128];
-    snprintf(dir, sizeof dir, "/tmp/clef-test-%d", (int)getpid());
+    temp_dir_name(dir, sizeof dir);
+    nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+char *tu_write_temp(const char *name, const void *data, size_t len) {
+    static bool cleanup_registered; /* once per process: the dir is per pid */
+    char dir[128];
+    temp_dir_name(dir, sizeof dir);
     mkdir(dir, 0700);
+    if (!cleanup_registered) cleanup_registered = atexit(temp_dir_remove) == 0;
     size_t plen = strlen(dir) + strlen(name) + 2;
     char *path = malloc(plen);
     if (!path) return NULL;

@@ -15,8 +15,9 @@
 /* Whole file into a NUL-terminated malloc'd buffer (NULL on failure). */
 char *tu_read_file(const char *path, size_t *len);
 
-/* Write a buffer to a fresh file under a per-process temp dir; returns a
- * static-lifetime path string the caller frees. */
+/* Write a buffer to a fresh file under a per-process temp dir
+ * (/tmp/clef-test-PID, removed with its contents when the process exits);
+ * returns the file's path, malloc'd, which the caller frees. */
 char *tu_write_temp(const char *name, const void *data, size_t len);
 
 /* Run a shell command, capture stdout (malloc'd, NUL-terminated) and the exit status. */
