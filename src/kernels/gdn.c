@@ -225,6 +225,23 @@ typedef struct chunk_job {
     atomic_int next_head;
 } chunk_job;
 
+/* Token t's q, k and v rows of head h (kv-head hk) towards the cache, and
+ * its o row for writing.  The rows of one head are ld floats apart, pages
+ * apart for a model's widths, so the hardware's stream prefetch does not
+ * follow them; fetched one token per row of the next chunk's inverse, they
+ * arrive while this chunk computes. */
+static inline __attribute__((always_inline)) void delta_prefetch_token(const delta_job *j, int h,
+                                                                       int hk, int64_t t) {
+    const float *rows[3] = {j->q + t * j->ld + (int64_t)hk * j->Dk,
+                            j->k + t * j->ld + (int64_t)hk * j->Dk,
+                            j->v + t * j->ld + (int64_t)h * j->Dv};
+    const int len[3] = {j->Dk, j->Dk, j->Dv};
+    for (int a = 0; a < 3; a++)
+        for (int i = 0; i < len[a]; i += 16) __builtin_prefetch(rows[a] + i, 0, 3);
+    float *o = j->o + (t * j->Hv + h) * j->Dv;
+    for (int i = 0; i < j->Dv; i += 16) __builtin_prefetch(o + i, 1, 3);
+}
+
 /* Tokens [t0, t0+n) of value head h, one chunk (no sequence start inside but
  * possibly at t0).  S [Dk][Dv] in/out. */
 static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_job *cj, chunk_buf *b,
@@ -279,6 +296,7 @@ static inline __attribute__((always_inline)) void delta_chunk_body(const chunk_j
      * NC wide (zero past the diagonal), so each is a few vector registers
      * through the whole sum.  e = G_t − G_s, exponentiated. */
     for (int t = 0; t < n; t++) {
+        if (t0 + n + t < j->T) delta_prefetch_token(j, h, hk, t0 + n + t);
         for (int s = 0; s < t; s++) b->e[s] = (float)(G[t] - G[s]);
         op_exp_ex(path, b->e, b->e, t);
         float row[NC];
