@@ -232,13 +232,13 @@ INLINE T256 __m256 exp8(__m256 x) {
     return _mm256_andnot_ps(tiny, y);
 }
 
-/* 1 / (1 + e^−x): a 12-bit reciprocal and two Newton steps. */
+/* 1 / (1 + e^−x) by a division.  Each 8 lanes are one long dependent
+ * chain, and vdivps is a shorter link than rcp and two Newton steps
+ * (silu_mul on Zen 3, L1-resident: 3.0 -> 2.45 cycles per element). */
 INLINE T256 __m256 sigmoid8(__m256 x) {
     __m256 one = _mm256_set1_ps(1.0f);
     __m256 d = _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x)));
-    __m256 r = _mm256_rcp_ps(d);
-    r = _mm256_fmadd_ps(r, _mm256_fnmadd_ps(d, r, one), r);
-    return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(d, r, one), r);
+    return _mm256_div_ps(one, d);
 }
 
 /* body once per 8 floats at i, left = n - i of them left (ld8, st8) */
