@@ -129,6 +129,5 @@ int main(void) {
         cmocka_unit_test(test_copy_errors),
         cmocka_unit_test(test_model_no_mmap),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    return rc;
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

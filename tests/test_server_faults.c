@@ -574,6 +574,5 @@ int main(void) {
         cmocka_unit_test(test_truncated_model_mmap),
         cmocka_unit_test(test_limit_flags),
     };
-    int rc = cmocka_run_group_tests(tests, group_setup, group_teardown);
-    return rc;
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

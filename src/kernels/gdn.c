@@ -236,6 +236,7 @@ static inline __attribute__((always_inline)) void delta_prefetch_token(const del
                             j->k + t * j->ld + (int64_t)hk * j->Dk,
                             j->v + t * j->ld + (int64_t)h * j->Dv};
     const int len[3] = {j->Dk, j->Dk, j->Dv};
+    /* i += 16: a 64-byte line per step */
     for (int a = 0; a < 3; a++)
         for (int i = 0; i < len[a]; i += 16) __builtin_prefetch(rows[a] + i, 0, 3);
     float *o = j->o + (t * j->Hv + h) * j->Dv;
