@@ -329,6 +329,9 @@ void avx2_exp(const float *x, float *y, int64_t n);
 void avx2_silu_mul(float *x, const float *g, int64_t n);
 void avx2_mul_silu(float *x, const float *g, int64_t n);
 void avx2_mul_sigmoid(float *x, const float *g, int64_t n);
+/* avx512_conv_silu_row's contract, the same bits as the avx2 conv then its SiLU. */
+void avx2_conv_silu_row(const float *hist, const float *wt, int64_t ld, int first, int K,
+                        float *o, int64_t n);
 void avx2_sigmoid(float *x, int64_t n);
 void avx2_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps);
 void avx2_l2norm(float *x, int64_t n, int64_t rows, float eps);

@@ -266,6 +266,32 @@ T256 void avx2_mul_sigmoid(float *x, const float *g, int64_t n) {
     AVX2_MAP(st8(x + i, left, _mm256_mul_ps(ld8(x + i, left), sigmoid8(ld8(g + i, left))));)
 }
 
+/* Σ_{k ≥ first} hist_k·w_k for 8 channels (the first n of them), product
+ * then sum, each rounded: the reference's order. */
+INLINE T256 __m256 conv8(const float *hist, const float *wt, int64_t ld, int first, int K,
+                         int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int k = first; k < K; k++)
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(ld8(hist + k * ld, n), ld8(wt + k * ld, n)));
+    return acc;
+}
+
+T256 void avx2_conv_silu_row(const float *hist, const float *wt, int64_t ld, int first, int K,
+                             float *o, int64_t n) {
+    int64_t i = 0;
+    /* four chains at a time, as avx512's: one SiLU alone leaves the core
+     * waiting on its dependent steps */
+    for (; i + 32 <= n; i += 32) {
+        __m256 a[4];
+        for (int u = 0; u < 4; u++) a[u] = conv8(hist + i + 8 * u, wt + i + 8 * u, ld, first, K, 8);
+        for (int u = 0; u < 4; u++) _mm256_storeu_ps(o + i + 8 * u, _mm256_mul_ps(a[u], sigmoid8(a[u])));
+    }
+    for (; i < n; i += 8) {
+        const __m256 a = conv8(hist + i, wt + i, ld, first, K, n - i);
+        st8(o + i, n - i, _mm256_mul_ps(a, sigmoid8(a)));
+    }
+}
+
 INLINE T256 double sumsq8(const float *x, int64_t n) {
     __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
     for (int64_t i = 0; i < n; i += 8) {
@@ -877,6 +903,8 @@ void avx2_exp(const float *x, float *y, int64_t n) {}
 void avx2_silu_mul(float *x, const float *g, int64_t n) {}
 void avx2_mul_silu(float *x, const float *g, int64_t n) {}
 void avx2_mul_sigmoid(float *x, const float *g, int64_t n) {}
+void avx2_conv_silu_row(const float *hist, const float *wt, int64_t ld, int first, int K,
+                        float *o, int64_t n) {}
 void avx2_sigmoid(float *x, int64_t n) {}
 void avx2_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps) {}
 void avx2_l2norm(float *x, int64_t n, int64_t rows, float eps) {}
