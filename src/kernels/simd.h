@@ -365,6 +365,9 @@ void neon_sigmoid(float *x, int64_t n);
 void neon_silu_mul(float *x, const float *g, int64_t n);
 void neon_mul_silu(float *x, const float *g, int64_t n);
 void neon_mul_sigmoid(float *x, const float *g, int64_t n);
+/* avx512_conv_silu_row's contract on 4-float vectors. */
+void neon_conv_silu_row(const float *hist, const float *wt, int64_t ld, int first, int K,
+                        float *o, int64_t n);
 void neon_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps);
 void neon_l2norm(float *x, int64_t n, int64_t rows, float eps);
 /* avx512_i8_panel's contract on panels from mm_pack_i8_portable (pf is

@@ -570,6 +570,30 @@ void neon_mul_sigmoid(float *x, const float *g, int64_t n) {
         store_n(x + i, vmulq_f32(load_n(x + i, n - i), sigmoid4(load_n(g + i, n - i))), n - i);
 }
 
+/* Σ_{k ≥ first} hist_k·w_k for 4 channels (the first n of them), product
+ * then sum, each rounded: the reference's order. */
+INLINE float32x4_t conv4(const float *hist, const float *wt, int64_t ld, int first, int K,
+                         int64_t n) {
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int k = first; k < K; k++)
+        acc = vaddq_f32(acc, vmulq_f32(load_n(hist + k * ld, n), load_n(wt + k * ld, n)));
+    return acc;
+}
+
+void neon_conv_silu_row(const float *hist, const float *wt, int64_t ld, int first, int K,
+                        float *o, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) { /* four chains: each SiLU is a long dependent one */
+        float32x4_t a[4];
+        for (int u = 0; u < 4; u++) a[u] = conv4(hist + i + 4 * u, wt + i + 4 * u, ld, first, K, 4);
+        for (int u = 0; u < 4; u++) vst1q_f32(o + i + 4 * u, vmulq_f32(a[u], sigmoid4(a[u])));
+    }
+    for (; i < n; i += 4) {
+        const float32x4_t a = conv4(hist + i, wt + i, ld, first, K, n - i);
+        store_n(o + i, vmulq_f32(a, sigmoid4(a)), n - i);
+    }
+}
+
 /* Σ x² with the squares in f32 and the sum in double (ggml's rounding). */
 static double sumsq4(const float *x, int64_t n) {
     float64x2_t a0 = vdupq_n_f64(0.0), a1 = vdupq_n_f64(0.0);
@@ -692,6 +716,8 @@ void neon_sigmoid(float *x, int64_t n) {}
 void neon_silu_mul(float *x, const float *g, int64_t n) {}
 void neon_mul_silu(float *x, const float *g, int64_t n) {}
 void neon_mul_sigmoid(float *x, const float *g, int64_t n) {}
+void neon_conv_silu_row(const float *hist, const float *wt, int64_t ld, int first, int K,
+                        float *o, int64_t n) {}
 void neon_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t rows, float eps) {}
 void neon_l2norm(float *x, int64_t n, int64_t rows, float eps) {}
 void neon_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
