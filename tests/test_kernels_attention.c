@@ -146,6 +146,22 @@ static void test_ops_paths(void **state) {
         memcpy(y, x, sizeof y);
         op_sigmoid_ex(path, NULL, y, R * N);
         for (int i = 0; i < R * N; i++) assert_true(fabs(y[i] - 1 / (1 + exp(-(double)x[i]))) <= 3e-7);
+        /* the sigmoid and SiLU over exp's whole range too, where e^−x
+         * underflows or passes 2^127 */
+        float ones[R * N];
+        for (int i = 0; i < R * N; i++) ones[i] = 1.0f;
+        memcpy(y, e, sizeof y);
+        op_sigmoid_ex(path, NULL, y, R * N);
+        for (int i = 0; i < R * N; i++)
+            if (!(fabs(y[i] - 1 / (1 + exp(-(double)e[i]))) <= 3e-7))
+                fail_msg("%s sigmoid(%.9g) = %.9g", cpu_path_name(path), e[i], y[i]);
+        memcpy(y, e, sizeof y);
+        op_silu_mul_ex(path, NULL, y, ones, R * N);
+        for (int i = 0; i < R * N; i++) {
+            double want = e[i] / (1 + exp(-(double)e[i]));
+            if (!(fabs(y[i] - want) <= 5e-7 * (1 + fabs(want))))
+                fail_msg("%s silu(%.9g) = %.9g, want %.9g", cpu_path_name(path), e[i], y[i], want);
+        }
         memcpy(y, x, sizeof y);
         op_silu_mul_ex(path, NULL, y, g, R * N);
         for (int i = 0; i < R * N; i++) {

@@ -232,12 +232,34 @@ INLINE T256 __m256 exp8(__m256 x) {
     return _mm256_andnot_ps(tiny, y);
 }
 
+/* exp8 for the sigmoid: x clamped to [−87.34, 88.37], where 2^n is one
+ * normal factor, so no split scale and no underflow mask.  Inside that
+ * range the bits are exp8's (a power of two scales exactly either way);
+ * outside it 1 + e^x is 1 or over 2^127, and the sigmoid 1 or below 2^-127
+ * both ways. */
+INLINE T256 __m256 exp8_sig(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.37626f)), _mm256_set1_ps(-87.33654f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
 /* 1 / (1 + e^−x) by a division.  Each 8 lanes are one long dependent
  * chain, and vdivps is a shorter link than rcp and two Newton steps
  * (silu_mul on Zen 3, L1-resident: 3.0 -> 2.45 cycles per element). */
 INLINE T256 __m256 sigmoid8(__m256 x) {
     __m256 one = _mm256_set1_ps(1.0f);
-    __m256 d = _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x)));
+    __m256 d = _mm256_add_ps(one, exp8_sig(_mm256_sub_ps(_mm256_setzero_ps(), x)));
     return _mm256_div_ps(one, d);
 }
 
