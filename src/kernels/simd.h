@@ -48,10 +48,14 @@
  *     i32 sc[nb][48]             block j's scale in both int16 halves
  *     i32 mn[nb/2][48]           the mins of blocks 2c and 2c+1, an int16 pair
  *     f32 d[48], f32 dmin[48]    W = d·sc·q − dmin·mn
- * (Q6_K: its signed scales, and as the mins the scales again with
- * dmin = 32·d, for W = d·sc·(q − 32)); and per weight block the
- * activations' m term is the int16 pair (Σq of block 2c, Σq of block
- * 2c+1) of its pair c, in both blocks' slots.  The tile's sums stay
+ * and per weight block the activations' m term is the int16 pair (Σq of
+ * block 2c, Σq of block 2c+1) of its pair c, in both blocks' slots.
+ * Q6_K differs: its quants are stored as q − 32 (signed bytes) with its
+ * signed scales, and its activations as x + 128 (unsigned bytes:
+ * avx2_act_i8 flips their sign bits), so vpmaddubsw takes them the other
+ * way round; the offset is then a term of the weights alone, the row's
+ * 128·Σ_j sc_j·Σ(q − 32), an int32 in mn's first slot (dmin unused), and
+ * W·x = d·(Σ sc·(q − 32)·(x + 128) − that).  The tile's sums stay
  * integers for a whole super-block.
  */
 #ifndef CLEF_KERNELS_SIMD_H

@@ -384,6 +384,8 @@ T256 static float quant_block(const float *x, int n, int8_t *q, int32_t *sums16)
 void avx2_act_i8(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
                  int8_t *q, float *dx, void *mb) {
     mm_act_i8_by_blocks(quant_block, kind, x, in, t0, t1, q, dx, mb);
+    if (kind->isc == 6) /* the Q6_K panel's unsigned operand: x + 128, the sign bit flipped */
+        for (int64_t i = t0 * in; i < t1 * in; i++) q[i] = (int8_t)((uint8_t)q[i] ^ 0x80u);
 }
 
 /* The 4 bytes at p as a dword (0 where p is NULL: a row past the end). */
@@ -418,8 +420,11 @@ INLINE T256 void put_pairs(void *dst, __m256i lo, __m256i hi) {
  * of super-block sp) decoded in lanes.  The layouts are clef_kq_unpack's:
  * Q4_K / Q5_K f16 d, dmin, then 12 bytes of 6-bit pairs (j < 4: sc = s[j],
  * mn = s[j+4], low 6 bits; j ≥ 4: low nibbles of s[j+4] with the top 2 bits
- * of s[j−4] / s[j]); Q6_K 16 int8 scales at 192, f16 d at 208. */
-INLINE T256F16 void isc_scales8(int isc, const uint8_t *const blk[8], uint8_t *sp, int i0) {
+ * of s[j−4] / s[j]); Q6_K 16 int8 scales at 192, f16 d at 208, and in
+ * place of mins and dmin its correction 128·Σ_j sc_j·bsum[j] (bsum: block
+ * j's Σ(q − 32), row i in slot i). */
+INLINE T256F16 void isc_scales8(int isc, const uint8_t *const blk[8], const int32_t bsum[16][8],
+                                uint8_t *sp, int i0) {
     const int nb = isc == 6 ? 16 : 8;
     uint8_t *sc = sp + 256 * IG + 4 * i0, *mn = sc + nb * IG * 4;
     float *d = (float *)(mn + nb / 2 * IG * 4);
@@ -430,10 +435,11 @@ INLINE T256F16 void isc_scales8(int isc, const uint8_t *const blk[8], uint8_t *s
             for (int b = 0; b < 4; b++) /* byte b, sign-extended */
                 v[4 * q + b] = _mm256_srai_epi32(_mm256_slli_epi32(w, 24 - 8 * b), 24);
         }
-        const __m256 dv = halves8(rows8(blk, 206), true); /* d: the block's last 2 bytes */
-        _mm256_storeu_ps(d, dv);
-        _mm256_storeu_ps(d + IG, _mm256_mul_ps(dv, _mm256_set1_ps(32.0f)));
-        for (int c = 0; c < 8; c++) put_pairs(mn + c * IG * 4, v[2 * c], v[2 * c + 1]);
+        _mm256_storeu_ps(d, halves8(rows8(blk, 206), true)); /* d: the block's last 2 bytes */
+        __m256i cw = _mm256_setzero_si256(); /* 128·Σ_j sc_j·Σq_j, the rows in lanes */
+        for (int j = 0; j < 16; j++)
+            cw = _mm256_add_epi32(cw, _mm256_mullo_epi32(v[j], _mm256_loadu_si256((const __m256i *)bsum[j])));
+        _mm256_storeu_si256((__m256i *)mn, _mm256_slli_epi32(cw, 7));
     } else {
         const __m256i dd = rows8(blk, 0), w0 = rows8(blk, 4), w1 = rows8(blk, 8), w2 = rows8(blk, 12);
         const __m256i m6 = _mm256_set1_epi32(63), m4 = _mm256_set1_epi32(15), m2 = _mm256_set1_epi32(3);
@@ -473,9 +479,19 @@ INLINE T256 void put_kquads8(__m256i q[8], uint8_t *dst, int i0) {
     for (int u = 0; u < 8; u++) _mm256_storeu_si256((__m256i *)(dst + ((size_t)u * IG + i0) * 4), q[u]);
 }
 
+/* The sums of a run of 32 Q6_K quants q − 32: bytes 0..15 (its first
+ * block) into s[0], bytes 16..31 into s[1]. */
+INLINE T256 void q6_run_sums(__m256i q, int32_t *s0, int32_t *s1) {
+    const __m256i u = _mm256_sad_epu8(_mm256_add_epi8(q, _mm256_set1_epi8(32)), _mm256_setzero_si256());
+    *s0 = (int32_t)(_mm256_extract_epi64(u, 0) + _mm256_extract_epi64(u, 1)) - 16 * 32;
+    *s1 = (int32_t)(_mm256_extract_epi64(u, 2) + _mm256_extract_epi64(u, 3)) - 16 * 32;
+}
+
 /* The integer-scale panel on ymm, 8 rows at a time: each row's runs of 32
  * quants read as bytes (kernels/kquant_x86.h) and transposed to the
- * panel's [k-quad][48][4] order, the scales decoded in lanes. */
+ * panel's [k-quad][48][4] order, the scales decoded in lanes.  Q6_K's
+ * quants go in as q − 32, signed, with their block sums for its
+ * correction term. */
 T256F16 static void pack_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t r0, int64_t np,
                           int64_t k0, int64_t kc, uint8_t *dst) {
     const int64_t nsb = kc / 256, groups = (np + IG - 1) / IG;
@@ -489,19 +505,23 @@ T256F16 static void pack_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t
                 uint8_t *sp = dst + (size_t)(g * nsb + sb) * sbytes;
                 const uint8_t *blk[8]; /* the 8 rows' super-block sb (NULL past np) */
                 for (int i = 0; i < 8; i++) blk[i] = rows[i] ? rows[i] + sb * tsz : NULL;
+                int32_t bsum[16][8]; /* Q6_K: block j's Σ(q − 32), row i */
                 for (int c = 0; c < 4; c++) { /* runs 2c and 2c+1 of 32 quants */
                     __m256i q[2][8];
                     for (int i = 0; i < 8; i++) {
                         __m256i two[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-                        if (blk[i] && kind->isc == 6) kq_quants6(blk[i], c, 0, two);
+                        if (blk[i] && kind->isc == 6) kq_quants6(blk[i], c, 32, two);
                         else if (blk[i]) kq_quants45(kind->isc == 5, blk[i], c, two);
                         q[0][i] = two[0];
                         q[1][i] = two[1];
+                        if (kind->isc == 6) /* run 2c+h holds blocks 4c+2h, 4c+2h+1 */
+                            for (int h = 0; h < 2; h++)
+                                q6_run_sums(two[h], &bsum[4 * c + 2 * h][i], &bsum[4 * c + 2 * h + 1][i]);
                     }
                     for (int h = 0; h < 2; h++) /* k-quads 8·(2c+h) .. +7 */
                         put_kquads8(q[h], sp + (size_t)(8 * (2 * c + h)) * IG * 4, i0);
                 }
-                isc_scales8(kind->isc, blk, sp, i0);
+                isc_scales8(kind->isc, blk, (const int32_t(*)[8])bsum, sp, i0);
             }
         }
 }
@@ -684,7 +704,9 @@ INLINE T256 void i8_tile(const int dp, const int tm, const int tv, const int bk,
 
 /* One block of the integer-scale tile: its bk/4 k-quads' products summed
  * in int16, `run` at a time, then vpmaddwd by the block's scales sc (the
- * int16 pair (s, s) per row) into the super-block's int32 sums. */
+ * int16 pair (s, s) per row) into the super-block's int32 sums.  Q6_K
+ * (bk 16) swaps vpmaddubsw's operands: its activations are the unsigned
+ * bytes x + 128, its quants q − 32 signed. */
 INLINE T256 void isc_block(const int tm, const int tv, const int bk, const int run,
                            const uint8_t *bp, const int32_t *sc, const int8_t *const *a, int64_t k,
                            __m256i acc[IM][2]) {
@@ -702,7 +724,8 @@ INLINE T256 void isc_block(const int tm, const int tv, const int bk, const int r
                 const __m256i xb = bcast4(a[i] + k + 4 * (kq + u));
 #pragma GCC unroll 2
                 for (int v = 0; v < tv; v++) {
-                    const __m256i pr = _mm256_maddubs_epi16(w[v], xb);
+                    const __m256i pr = bk == 16 ? _mm256_maddubs_epi16(xb, w[v])
+                                                : _mm256_maddubs_epi16(w[v], xb);
                     p[i][v] = u == 0 ? pr : _mm256_add_epi16(p[i][v], pr);
                     __asm__("" : "+x"(p[i][v])); /* chains, not trees */
                 }
@@ -722,8 +745,10 @@ INLINE T256 void isc_block(const int tm, const int tv, const int bk, const int r
  * tokens x 8·tv rows over nblk blocks of bk.  The sums stay exact integers
  * for a whole super-block, the mins' term too (vpmaddwd of the min pairs
  * by the activations' block-sum pairs), so each super-block takes one f32
- * step: f += dx·(d·Σ sc·q·x − dmin·Σ mn·Σx).  B: the group at this tile's
- * first row, 256/bk·bbytes bytes per super-block. */
+ * step: f += dx·(d·Σ sc·q·x − dmin·Σ mn·Σx).  Q6_K's offset is the
+ * weights' own: Σ sc·(q − 32)·(x + 128) less the row's 128·Σ sc·Σ(q − 32),
+ * so f += dx·d·(that difference), with no per-token term.  B: the group
+ * at this tile's first row, 256/bk·bbytes bytes per super-block. */
 INLINE T256 void isc_tile(const int tm, const int tv, const int bk, const int run, int64_t nblk,
                           const int8_t *A, int64_t lda, const float *dx, int64_t ldx,
                           const void *mb, int64_t ldm, int mr, const uint8_t *B, size_t bbytes,
@@ -756,6 +781,16 @@ INLINE T256 void isc_tile(const int tm, const int tv, const int bk, const int ru
             const int64_t row = i < mr ? i : mr - 1;
             const int32_t *bs = (const int32_t *)mb + row * ldm + nb * sb; /* pair c in slot 2c */
             const __m256 dv = _mm256_set1_ps(dx[row * ldx + sb]);
+            if (bk == 16) { /* Q6_K: the correction in mn's first slot */
+#pragma GCC unroll 2
+                for (int v = 0; v < tv; v++) {
+                    const __m256i cw = _mm256_loadu_si256((const __m256i *)(mn + 8 * v));
+                    const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[i][v], cw)),
+                                                   _mm256_loadu_ps(d + 8 * v));
+                    f[i][v] = _mm256_fmadd_ps(t, dv, f[i][v]);
+                }
+                continue;
+            }
 #pragma GCC unroll 2
             for (int v = 0; v < tv; v++) {
                 __m256i m = _mm256_setzero_si256();
