@@ -422,8 +422,8 @@ INLINE T256 void put_pairs(void *dst, __m256i lo, __m256i hi) {
  * mn = s[j+4], low 6 bits; j ≥ 4: low nibbles of s[j+4] with the top 2 bits
  * of s[j−4] / s[j]); Q6_K 16 int8 scales at 192, f16 d at 208, and in
  * place of mins and dmin its correction 128·Σ_j sc_j·bsum[j] (bsum: block
- * j's Σ(q − 32), row i in slot i). */
-INLINE T256F16 void isc_scales8(int isc, const uint8_t *const blk[8], const int32_t bsum[16][8],
+ * j's Σ(q − 32), row i in lane i). */
+INLINE T256F16 void isc_scales8(int isc, const uint8_t *const blk[8], const __m256i bsum[16],
                                 uint8_t *sp, int i0) {
     const int nb = isc == 6 ? 16 : 8;
     uint8_t *sc = sp + 256 * IG + 4 * i0, *mn = sc + nb * IG * 4;
@@ -438,7 +438,7 @@ INLINE T256F16 void isc_scales8(int isc, const uint8_t *const blk[8], const int3
         _mm256_storeu_ps(d, halves8(rows8(blk, 206), true)); /* d: the block's last 2 bytes */
         __m256i cw = _mm256_setzero_si256(); /* 128·Σ_j sc_j·Σq_j, the rows in lanes */
         for (int j = 0; j < 16; j++)
-            cw = _mm256_add_epi32(cw, _mm256_mullo_epi32(v[j], _mm256_loadu_si256((const __m256i *)bsum[j])));
+            cw = _mm256_add_epi32(cw, _mm256_mullo_epi32(v[j], bsum[j]));
         _mm256_storeu_si256((__m256i *)mn, _mm256_slli_epi32(cw, 7));
     } else {
         const __m256i dd = rows8(blk, 0), w0 = rows8(blk, 4), w1 = rows8(blk, 8), w2 = rows8(blk, 12);
@@ -479,12 +479,12 @@ INLINE T256 void put_kquads8(__m256i q[8], uint8_t *dst, int i0) {
     for (int u = 0; u < 8; u++) _mm256_storeu_si256((__m256i *)(dst + ((size_t)u * IG + i0) * 4), q[u]);
 }
 
-/* The sums of a run of 32 Q6_K quants q − 32: bytes 0..15 (its first
- * block) into s[0], bytes 16..31 into s[1]. */
-INLINE T256 void q6_run_sums(__m256i q, int32_t *s0, int32_t *s1) {
-    const __m256i u = _mm256_sad_epu8(_mm256_add_epi8(q, _mm256_set1_epi8(32)), _mm256_setzero_si256());
-    *s0 = (int32_t)(_mm256_extract_epi64(u, 0) + _mm256_extract_epi64(u, 1)) - 16 * 32;
-    *s1 = (int32_t)(_mm256_extract_epi64(u, 2) + _mm256_extract_epi64(u, 3)) - 16 * 32;
+/* 8 rows' sums of one Q6_K block (q − 32, the row in lane i) from its 4
+ * k-quads as put_kquads8 leaves them: four bytes of [−32, 31] sum within
+ * int8's range, then vpmaddubsw and vpmaddwd by ones add each dword. */
+INLINE T256 __m256i q6_block_sums(const __m256i kq[4]) {
+    const __m256i s = _mm256_add_epi8(_mm256_add_epi8(kq[0], kq[1]), _mm256_add_epi8(kq[2], kq[3]));
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), s), _mm256_set1_epi16(1));
 }
 
 /* The integer-scale panel on ymm, 8 rows at a time: each row's runs of 32
@@ -505,7 +505,7 @@ T256F16 static void pack_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t
                 uint8_t *sp = dst + (size_t)(g * nsb + sb) * sbytes;
                 const uint8_t *blk[8]; /* the 8 rows' super-block sb (NULL past np) */
                 for (int i = 0; i < 8; i++) blk[i] = rows[i] ? rows[i] + sb * tsz : NULL;
-                int32_t bsum[16][8]; /* Q6_K: block j's Σ(q − 32), row i */
+                __m256i bsum[16]; /* Q6_K: block j's Σ(q − 32), row i in lane i */
                 for (int c = 0; c < 4; c++) { /* runs 2c and 2c+1 of 32 quants */
                     __m256i q[2][8];
                     for (int i = 0; i < 8; i++) {
@@ -514,14 +514,14 @@ T256F16 static void pack_isc(const mm_i8_kind *kind, const mm_weight *w, int64_t
                         else if (blk[i]) kq_quants45(kind->isc == 5, blk[i], c, two);
                         q[0][i] = two[0];
                         q[1][i] = two[1];
-                        if (kind->isc == 6) /* run 2c+h holds blocks 4c+2h, 4c+2h+1 */
-                            for (int h = 0; h < 2; h++)
-                                q6_run_sums(two[h], &bsum[4 * c + 2 * h][i], &bsum[4 * c + 2 * h + 1][i]);
                     }
-                    for (int h = 0; h < 2; h++) /* k-quads 8·(2c+h) .. +7 */
+                    for (int h = 0; h < 2; h++) { /* k-quads 8·(2c+h) .. +7: blocks 4c+2h, +1 */
                         put_kquads8(q[h], sp + (size_t)(8 * (2 * c + h)) * IG * 4, i0);
+                        if (kind->isc == 6)
+                            for (int b = 0; b < 2; b++) bsum[4 * c + 2 * h + b] = q6_block_sums(q[h] + 4 * b);
+                    }
                 }
-                isc_scales8(kind->isc, blk, (const int32_t(*)[8])bsum, sp, i0);
+                isc_scales8(kind->isc, blk, bsum, sp, i0);
             }
         }
 }
