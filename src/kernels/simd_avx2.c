@@ -207,11 +207,9 @@ T256 void avx2_gemm_nn(int64_t m, int64_t n, int64_t k, const float *A, int64_t 
 
 /* ==== elementwise ============================================================= */
 
-/* e^x as in simd_avx512.c; 2^n through the exponent bits, so inputs below
- * −87.3 (results under FLT_MIN) give 0. */
-INLINE T256 __m256 exp8(__m256 x) {
-    __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_LT_OQ);
-    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.72283f)), _mm256_set1_ps(-87.33654f));
+/* e^x = y·2^n for a clamped x: n the nearest integer to x·log2 e (out),
+ * y = e^r on r = x − n·ln 2 in [−ln2/2, ln2/2] by its degree-7 polynomial. */
+INLINE T256 __m256 exp8_mantissa(__m256 x, __m256i *ni) {
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -223,8 +221,18 @@ INLINE T256 __m256 exp8(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
     __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    *ni = _mm256_cvtps_epi32(n);
+    return y;
+}
+
+/* e^x as in simd_avx512.c; 2^n through the exponent bits, so inputs below
+ * −87.3 (results under FLT_MIN) give 0. */
+INLINE T256 __m256 exp8(__m256 x) {
+    __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_LT_OQ);
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.72283f)), _mm256_set1_ps(-87.33654f));
+    __m256i ni;
+    __m256 y = exp8_mantissa(x, &ni);
     /* n in [−126, 128]: 2^n = 2^(n/2)·2^(n−n/2) keeps both factors normal */
-    __m256i ni = _mm256_cvtps_epi32(n);
     __m256i h = _mm256_srai_epi32(ni, 1), l = _mm256_sub_epi32(ni, h);
     __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, _mm256_set1_epi32(127)), 23));
     __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(l, _mm256_set1_epi32(127)), 23));
@@ -239,18 +247,9 @@ INLINE T256 __m256 exp8(__m256 x) {
  * both ways. */
 INLINE T256 __m256 exp8_sig(__m256 x) {
     x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.37626f)), _mm256_set1_ps(-87.33654f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256i ni;
+    const __m256 y = exp8_mantissa(x, &ni);
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
