@@ -326,6 +326,10 @@ static void test_matmul_paths(void **state) {
         check_one(&pcs[p], CLEF_DTYPE_F16, 1056, 96, 200, pool);
         check_one(&pcs[p], CLEF_DTYPE_Q8_0, 1088, 64, 33, pool);
         check_one(&pcs[p], CLEF_DTYPE_Q6_K, 512, 50, 17, pool);
+        /* k past the 4096 blocks of the vpmaddubsw panels */
+        check_one(&pcs[p], CLEF_DTYPE_Q4_K, 4864, 20, 9, pool);
+        check_one(&pcs[p], CLEF_DTYPE_Q6_K, 4352, 17, 5, pool);
+        check_one(&pcs[p], CLEF_DTYPE_Q8_0, 4160, 19, 6, pool);
         /* the K-quant planes: token pairs with a part-filled second group,
          * k blocks of 1024 then 512, both 16-row subgroups and a 6-row tail */
         check_one(&pcs[p], CLEF_DTYPE_Q4_K, 2560, 70, 45, pool);
