@@ -40,6 +40,20 @@ typedef enum mm_kind {
     MM_KIND_AMX_KQ,     /* K-quants as byte planes, per-256 activations      */
 } mm_kind;
 
+/* Panel shapes: rows per panel (NP) and k per block (KC) by kind. */
+enum {
+    MM_NP = 48, MM_KC_F32 = 1024, MM_KC_BF16 = 2048, MM_KC_I8 = 1024, MM_ALIGN = 64,
+    /* vpmaddubsw's panels (about 220 KB in L2): fewer tile calls and
+     * passes over y (Zen 3, one thread, best of 8 against 1024: Q4_K
+     * 3584 -> 1024 and 4096 -> 12288 +4-7%, Q6_K +3%, Q8_0 +2%) */
+    MM_KC_I8_MADDUBS = 4096,
+    MM_NP_AMX_BF16 = 32,    /* two row groups of 16: the 2 x 2 tile block */
+    MM_NP_AMX_KQ = 64,      /* four subgroups of 16 rows                   */
+    /* floats past kc in each widened 16-bit row: rows a multiple of 4 KiB
+     * apart share one set of L1 (Zen 3, BF16 1024 -> 3584: ~8% faster) */
+    MM_W16_PAD = 16,
+};
+
 /* The int8 path's three steps on one ISA (kernels/simd.h's contracts). */
 typedef struct mm_i8_isa {
     void (*act)(const mm_i8_kind *kind, const float *x, int64_t in, int64_t t0, int64_t t1,
@@ -52,17 +66,20 @@ typedef struct mm_i8_isa {
     bool prefetch; /* the panel brings the next stored rows into L2 */
     bool signed_q; /* its packer keeps Q8_0 signed */
     bool isc;      /* the K-quants as the integer-scale panel (kernels/simd.h) */
+    int64_t kc;    /* k per panel block */
 } mm_i8_isa;
 
 static const mm_i8_isa I8_AVX512 = {avx512_act_i8, avx512_pack_i8, avx512_i8_panel, true, false,
-                                    false};
-static const mm_i8_isa I8_AVX2 = {avx2_act_i8, avx2_pack_i8, avx2_i8_panel, true, true, true};
+                                    false, MM_KC_I8};
+static const mm_i8_isa I8_AVX2 = {avx2_act_i8, avx2_pack_i8, avx2_i8_panel, true, true, true,
+                                  MM_KC_I8_MADDUBS};
 static const mm_i8_isa I8_AVX2_VNNI = {avx2_act_i8, mm_pack_i8_portable, avx2_vnni_i8_panel, false,
-                                       false, false};
+                                       false, false, MM_KC_I8};
 static const mm_i8_isa I8_AVX2_VNNI_EVEX = {avx2_act_i8, mm_pack_i8_portable,
-                                            avx2_vnni_evex_i8_panel, false, false, false};
+                                            avx2_vnni_evex_i8_panel, false, false, false,
+                                            MM_KC_I8};
 static const mm_i8_isa I8_NEON = {neon_act_i8, mm_pack_i8_portable, neon_i8_panel, false, true,
-                                  false};
+                                  false, MM_KC_I8};
 
 typedef struct mm_plan {
     cpu_path path;
@@ -75,19 +92,6 @@ typedef struct mm_plan {
     uint32_t type;      /* the weights' (AMX_KQ records depend on it)           */
     int64_t KC, NP;     /* k per block, rows per panel                          */
 } mm_plan;
-
-enum {
-    MM_NP = 48, MM_KC_F32 = 1024, MM_KC_BF16 = 2048, MM_KC_I8 = 1024, MM_ALIGN = 64,
-    /* vpmaddubsw's panels (about 220 KB in L2): fewer tile calls and
-     * passes over y (Zen 3, one thread, best of 8 against 1024: Q4_K
-     * 3584 -> 1024 and 4096 -> 12288 +4-7%, Q6_K and Q8_0 +2-3%) */
-    MM_KC_I8_MADDUBS = 4096,
-    MM_NP_AMX_BF16 = 32,    /* two row groups of 16: the 2 x 2 tile block */
-    MM_NP_AMX_KQ = 64,      /* four subgroups of 16 rows                   */
-    /* floats past kc in each widened 16-bit row: rows a multiple of 4 KiB
-     * apart share one set of L1 (Zen 3, BF16 1024 -> 3584: ~8% faster) */
-    MM_W16_PAD = 16,
-};
 
 static bool is_i8_type(uint32_t t) {
     return t == CLEF_DTYPE_Q8_0 || t == CLEF_DTYPE_Q4_K || t == CLEF_DTYPE_Q5_K || t == CLEF_DTYPE_Q6_K;
@@ -140,7 +144,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
                  : tg->path == CPU_PATH_AVX2 && tg->vnni     ? tg->vnni_evex ? &I8_AVX2_VNNI_EVEX
                                                                              : &I8_AVX2_VNNI
                                                              : &I8_AVX2;
-        p->KC = p->i8isa == &I8_AVX2 ? MM_KC_I8_MADDUBS : MM_KC_I8;
+        p->KC = p->i8isa->kc;
         p->i8.bk = w->type == CLEF_DTYPE_Q6_K ? 16 : 32;
         p->i8.ab = kquant ? 256 : 32;
         p->i8.sym = w->type == CLEF_DTYPE_Q8_0 || w->type == CLEF_DTYPE_Q6_K;
