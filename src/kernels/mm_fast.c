@@ -40,7 +40,7 @@ typedef enum mm_kind {
     MM_KIND_AMX_KQ,     /* K-quants as byte planes, per-256 activations      */
 } mm_kind;
 
-/* Panel shapes: rows per panel (NP) and k per block (KC) by kind. */
+/* Panel shapes (rows per panel NP, k per block KC) by kind, and their alignment and padding. */
 enum {
     MM_NP = 48, MM_KC_F32 = 1024, MM_KC_BF16 = 2048, MM_KC_I8 = 1024, MM_ALIGN = 64,
     /* vpmaddubsw's panels (about 220 KB in L2): fewer tile calls and
