@@ -43,10 +43,13 @@ typedef enum mm_kind {
 /* Panel shapes (rows per panel NP, k per block KC) by kind, and their alignment and padding. */
 enum {
     MM_NP = 48, MM_KC_F32 = 1024, MM_KC_BF16 = 2048, MM_KC_I8 = 1024, MM_ALIGN = 64,
-    /* vpmaddubsw's panels (about 220 KB in L2): fewer tile calls and
-     * passes over y (Zen 3, one thread, best of 8 against 1024: Q4_K
-     * 3584 -> 1024 and 4096 -> 12288 +4-7%, Q6_K +3%, Q8_0 +2%) */
-    MM_KC_I8_MADDUBS = 4096,
+    /* the avx2 and avx512 int8 panels (about 220 KB, in L2): fewer tile
+     * calls and passes over y.  Best of interleaved runs against 1024:
+     * vpmaddubsw on Zen 3, one thread, Q4_K 3584 -> 1024 and 4096 -> 12288
+     * +4-7%, Q6_K +3%, Q8_0 +2%; vpdpbusd on Zen 4, two threads, Q4_K
+     * 3584 -> 1024 and 12288 -> 4096 +8%, Q6_K 4096² +4%, Q8_0 +4%.  AMX
+     * keeps MM_KC_I8 (not measured at 4096) */
+    MM_KC_I8_L2 = 4096,
     MM_NP_AMX_BF16 = 32,    /* two row groups of 16: the 2 x 2 tile block */
     MM_NP_AMX_KQ = 64,      /* four subgroups of 16 rows                   */
     /* floats past kc in each widened 16-bit row: rows a multiple of 4 KiB
@@ -70,9 +73,12 @@ typedef struct mm_i8_isa {
 } mm_i8_isa;
 
 static const mm_i8_isa I8_AVX512 = {avx512_act_i8, avx512_pack_i8, avx512_i8_panel, true, false,
-                                    false, MM_KC_I8};
+                                    false, MM_KC_I8_L2};
+/* AMX_I8: avx512's activations and packer (Q8_0 signed for TDPBSSD); the
+ * kind calls amx_i8_panel itself */
+static const mm_i8_isa I8_AMX = {avx512_act_i8, avx512_pack_i8, NULL, false, true, false, MM_KC_I8};
 static const mm_i8_isa I8_AVX2 = {avx2_act_i8, avx2_pack_i8, avx2_i8_panel, true, true, true,
-                                  MM_KC_I8_MADDUBS};
+                                  MM_KC_I8_L2};
 static const mm_i8_isa I8_AVX2_VNNI = {avx2_act_i8, mm_pack_i8_portable, avx2_vnni_i8_panel, false,
                                        false, false, MM_KC_I8};
 static const mm_i8_isa I8_AVX2_VNNI_EVEX = {avx2_act_i8, mm_pack_i8_portable,
@@ -139,7 +145,8 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
         p->i8.ab = 256; /* its own per-256 activations (amx_act_kq) */
     } else if (int8 && is_i8_type(w->type) && gather) {
         p->kind = tg->amx ? MM_KIND_AMX_I8 : MM_KIND_I8;
-        p->i8isa = avx512 && (tg->vnni || tg->amx)          ? &I8_AVX512
+        p->i8isa = tg->amx                                   ? &I8_AMX
+                 : avx512 && tg->vnni                        ? &I8_AVX512
                  : neon_dot                                  ? &I8_NEON
                  : tg->path == CPU_PATH_AVX2 && tg->vnni     ? tg->vnni_evex ? &I8_AVX2_VNNI_EVEX
                                                                              : &I8_AVX2_VNNI
@@ -155,7 +162,7 @@ static bool plan_make(const cpu_target *tg, const mm_weight *w, mm_plan *p) {
             p->i8.isc = w->type == CLEF_DTYPE_Q4_K ? 4 : w->type == CLEF_DTYPE_Q5_K ? 5 : 6;
         /* Q8_0 signed for TDPBSSD (the K-quants went to planes above on
          * amx), SDOT and the sign step of vpmaddubsw */
-        p->i8.signed_q = w->type == CLEF_DTYPE_Q8_0 && (tg->amx || p->i8isa->signed_q);
+        p->i8.signed_q = w->type == CLEF_DTYPE_Q8_0 && p->i8isa->signed_q;
         if (p->i8.signed_q) p->i8.off = 0;
     } else {
         p->kind = MM_KIND_DOT_F32;
